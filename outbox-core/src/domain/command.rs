@@ -1,0 +1,195 @@
+//! What the ledger is asked to do: post (postings or Numscript) or revert.
+//!
+//! The serde shape of [`PostCommand`] is Formance v2's `TransactionRequest`, so the
+//! stored payload is byte-for-byte the body the relay sends.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+use super::{Account, Amount, Asset, EventId};
+use crate::error::{Error, Result};
+
+/// Ledger metadata: string keys to string values, sorted so encoding is deterministic.
+pub type Metadata = BTreeMap<String, String>;
+
+static VAR_NAME: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[a-z_][a-z0-9_]*$").expect("static regex"));
+
+/// One movement of `amount` of `asset` from `source` to `destination`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Posting {
+    pub source: Account,
+    pub destination: Account,
+    pub amount: Amount,
+    pub asset: Asset,
+}
+
+/// A Numscript program and its variables (values as strings: `"USD/2 100"`, `"merchants:1"`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Script {
+    pub plain: String,
+    #[serde(default)]
+    pub vars: BTreeMap<String, String>,
+}
+
+/// The body of a post: exactly one of postings or a script.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PostBody {
+    Postings(Vec<Posting>),
+    Script(Script),
+}
+
+/// A new ledger transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PostCommand {
+    #[serde(flatten)]
+    pub body: PostBody,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    #[serde(default)]
+    pub metadata: Metadata,
+}
+
+/// Reverts the ledger transaction that carries `target` as its outbox event id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevertCommand {
+    pub event_id: EventId,
+    #[serde(default)]
+    pub metadata: Metadata,
+}
+
+/// What one outbox event asks of the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LedgerCommand {
+    Post(PostCommand),
+    Revert(RevertCommand),
+}
+
+impl LedgerCommand {
+    /// Checks what the types alone cannot; every error names its field.
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            Self::Post(post) => post.validate(),
+            Self::Revert(revert) => validate_metadata(&revert.metadata),
+        }
+    }
+
+    pub fn metadata(&self) -> &Metadata {
+        match self {
+            Self::Post(post) => &post.metadata,
+            Self::Revert(revert) => &revert.metadata,
+        }
+    }
+
+    pub(crate) fn metadata_mut(&mut self) -> &mut Metadata {
+        match self {
+            Self::Post(post) => &mut post.metadata,
+            Self::Revert(revert) => &mut revert.metadata,
+        }
+    }
+}
+
+impl PostCommand {
+    fn validate(&self) -> Result<()> {
+        match &self.body {
+            PostBody::Postings(postings) if postings.is_empty() => {
+                return Err(Error::invalid("postings", "at least one posting is required"));
+            }
+            PostBody::Postings(_) => {}
+            PostBody::Script(script) => {
+                if script.plain.trim().is_empty() {
+                    return Err(Error::invalid("script", "the Numscript program is empty"));
+                }
+                if let Some(name) = script.vars.keys().find(|name| !VAR_NAME.is_match(name)) {
+                    return Err(Error::invalid(
+                        format!("vars.{name}"),
+                        "a Numscript variable name is [a-z_][a-z0-9_]* (without the $)",
+                    ));
+                }
+            }
+        }
+        if let Some(reference) = &self.reference
+            && reference.trim().is_empty()
+        {
+            return Err(Error::invalid("reference", "must not be empty when present"));
+        }
+        validate_metadata(&self.metadata)
+    }
+}
+
+fn validate_metadata(metadata: &Metadata) -> Result<()> {
+    for key in metadata.keys() {
+        if key.is_empty() {
+            return Err(Error::invalid("metadata", "keys must not be empty"));
+        }
+        if super::payload::is_reserved_key(key) {
+            return Err(Error::invalid(
+                format!("metadata.{key}"),
+                "this key is reserved: the outbox writes it from the event's own identity",
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn posting() -> Posting {
+        Posting {
+            source: Account::parse("merchants:4471:available").unwrap(),
+            destination: Account::parse("merchants:4471:payouts:pending").unwrap(),
+            amount: Amount::new(48_500_000),
+            asset: Asset::parse("USD/2").unwrap(),
+        }
+    }
+
+    #[test]
+    fn post_serialises_as_formance_transaction_request() {
+        let cmd = PostCommand {
+            body: PostBody::Postings(vec![posting()]),
+            reference: Some("payout:settlement-2026-10-07:4471".into()),
+            metadata: Metadata::from([("event_type".into(), "payout.requested".into())]),
+        };
+        let json = serde_json::to_string(&cmd).unwrap();
+        assert_eq!(
+            json,
+            r#"{"postings":[{"source":"merchants:4471:available","destination":"merchants:4471:payouts:pending","amount":48500000,"asset":"USD/2"}],"reference":"payout:settlement-2026-10-07:4471","metadata":{"event_type":"payout.requested"}}"#
+        );
+        let back: PostCommand = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, cmd);
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let empty = LedgerCommand::Post(PostCommand {
+            body: PostBody::Postings(vec![]),
+            reference: None,
+            metadata: Metadata::new(),
+        });
+        assert_eq!(empty.validate().unwrap_err().field(), Some("postings"));
+
+        let reserved = LedgerCommand::Post(PostCommand {
+            body: PostBody::Postings(vec![posting()]),
+            reference: None,
+            metadata: Metadata::from([("outbox_sequence".into(), "9".into())]),
+        });
+        assert_eq!(reserved.validate().unwrap_err().field(), Some("metadata.outbox_sequence"));
+
+        let bad_var = LedgerCommand::Post(PostCommand {
+            body: PostBody::Script(Script {
+                plain: "send $amount (\n source = @world\n destination = @a\n)".into(),
+                vars: BTreeMap::from([("Amount".into(), "USD/2 1".into())]),
+            }),
+            reference: None,
+            metadata: Metadata::new(),
+        });
+        assert_eq!(bad_var.validate().unwrap_err().field(), Some("vars.Amount"));
+    }
+}

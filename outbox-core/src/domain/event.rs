@@ -1,0 +1,51 @@
+//! `NewEvent` (what a caller enqueues) and `OutboxEvent` (what the outbox stores).
+
+use chrono::{DateTime, Utc};
+
+use super::{Account, EventId, LedgerCommand, Payload, Position};
+use crate::error::Result;
+
+/// An event to enqueue in the caller's transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEvent {
+    /// The aggregate whose per-account sequence orders this event (usually the merchant).
+    pub account: Account,
+    pub command: LedgerCommand,
+    /// Supplied when the caller already has an id (an API request id); otherwise a fresh v7.
+    pub event_id: Option<EventId>,
+}
+
+impl NewEvent {
+    pub fn new(account: Account, command: LedgerCommand) -> Self {
+        Self {
+            account,
+            command,
+            event_id: None,
+        }
+    }
+
+    #[must_use]
+    pub fn with_event_id(mut self, id: EventId) -> Self {
+        self.event_id = Some(id);
+        self
+    }
+
+    /// Fixes the event id and encodes the payload for `sequence`; errors name the field.
+    pub fn encode(&self, sequence: u64) -> Result<(EventId, Payload)> {
+        let id = self.event_id.unwrap_or_default();
+        let payload = Payload::encode(id, &self.account, sequence, &self.command)?;
+        Ok((id, payload))
+    }
+}
+
+/// An immutable, committed outbox row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEvent {
+    pub position: Position,
+    pub event_id: EventId,
+    pub account: Account,
+    /// Gapless per account, starting at 1.
+    pub sequence: u64,
+    pub payload: Payload,
+    pub created_at: DateTime<Utc>,
+}

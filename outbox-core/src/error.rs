@@ -1,0 +1,176 @@
+//! The one error type of ledger-outbox: a kind (what went wrong) and a retry class
+//! (what the caller should do about it).
+
+use std::fmt;
+use std::time::Duration;
+
+/// What went wrong, coarse enough to branch on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Input failed validation; `field` names the offending field or header.
+    InvalidInput { field: String },
+    /// The storage backend failed (I/O, constraint, lock contention, …).
+    Storage,
+    /// The database refused to change an immutable record (append-only trigger).
+    Immutable,
+    /// The ledger answered with an error that is not a business rejection.
+    Ledger,
+    /// The same idempotency key was sent with a different body. Never retried.
+    IdempotencyMismatch,
+    /// A message transport (HTTP, Kafka, AMQP) failed.
+    Transport,
+    /// Configuration is missing or contradictory.
+    Config,
+    /// Something that should exist does not.
+    NotFound,
+    /// The consumer-supplied handler failed while applying an impact.
+    Handler,
+    /// An invariant of ledger-outbox itself was broken (a bug or tampered data).
+    Internal,
+}
+
+/// What a caller may do about an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Try again, after `after` when the other side said so (`Retry-After`).
+    Transient { after: Option<Duration> },
+    /// Retrying the same request cannot succeed.
+    Permanent,
+    /// It was transient, but the retry budget is spent.
+    Exhausted,
+}
+
+/// The error of every ledger-outbox operation.
+///
+/// Errors are permanent unless the adapter that raised them says otherwise; the
+/// relay retries only [`Retry::Transient`] ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    kind: ErrorKind,
+    retry: Retry,
+    message: String,
+    context: Vec<(&'static str, String)>,
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A permanent error of `kind`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            retry: Retry::Permanent,
+            message: message.into(),
+            context: Vec::new(),
+        }
+    }
+
+    /// A permanent validation error naming `field`.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(
+            ErrorKind::InvalidInput {
+                field: field.into(),
+            },
+            message,
+        )
+    }
+
+    /// Marks the error as transient, optionally with the delay the other side asked for.
+    #[must_use]
+    pub fn transient(mut self, after: Option<Duration>) -> Self {
+        self.retry = Retry::Transient { after };
+        self
+    }
+
+    /// Marks a transient error whose retry budget is spent.
+    #[must_use]
+    pub fn exhausted(mut self) -> Self {
+        self.retry = Retry::Exhausted;
+        self
+    }
+
+    /// Adds a piece of context (which event, account, endpoint). Never a secret.
+    #[must_use]
+    pub fn with(mut self, key: &'static str, value: impl fmt::Display) -> Self {
+        self.context.push((key, value.to_string()));
+        self
+    }
+
+    pub fn kind(&self) -> &ErrorKind {
+        &self.kind
+    }
+
+    pub fn retry(&self) -> Retry {
+        self.retry
+    }
+
+    pub fn is_transient(&self) -> bool {
+        matches!(self.retry, Retry::Transient { .. })
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The field named by an [`ErrorKind::InvalidInput`] error.
+    pub fn field(&self) -> Option<&str> {
+        match &self.kind {
+            ErrorKind::InvalidInput { field } => Some(field),
+            _ => None,
+        }
+    }
+
+    /// The value of a context entry, if present.
+    pub fn context(&self, key: &str) -> Option<&str> {
+        self.context
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            ErrorKind::InvalidInput { field } => write!(f, "invalid {field}: {}", self.message)?,
+            kind => write!(f, "{kind:?}: {}", self.message)?,
+        }
+        for (key, value) in &self.context {
+            write!(f, " [{key}={value}]")?;
+        }
+        match self.retry {
+            Retry::Transient { after: Some(after) } => write!(f, " (transient, retry after {after:?})"),
+            Retry::Transient { after: None } => write!(f, " (transient)"),
+            Retry::Exhausted => write!(f, " (retries exhausted)"),
+            Retry::Permanent => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_permanent_unless_marked() {
+        let e = Error::new(ErrorKind::Storage, "disk full");
+        assert_eq!(e.retry(), Retry::Permanent);
+        assert!(!e.is_transient());
+        let t = e.transient(Some(Duration::from_secs(2)));
+        assert_eq!(t.retry(), Retry::Transient { after: Some(Duration::from_secs(2)) });
+        assert!(t.to_string().contains("retry after 2s"), "{t}");
+        assert_eq!(t.exhausted().retry(), Retry::Exhausted);
+    }
+
+    #[test]
+    fn display_names_field_and_context() {
+        let e = Error::invalid("account", "must not be empty").with("line", 7);
+        assert_eq!(e.field(), Some("account"));
+        assert_eq!(e.context("line"), Some("7"));
+        assert_eq!(e.to_string(), "invalid account: must not be empty [line=7]");
+    }
+}

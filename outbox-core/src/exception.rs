@@ -1,0 +1,82 @@
+//! Exceptions: the reconciliation and alarm queue. Each names an account and sequence.
+
+use chrono::{DateTime, Utc};
+
+use crate::domain::Account;
+
+/// Why an exception was raised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ExceptionKind {
+    /// The ledger permanently refused an event (e.g. INSUFFICIENT_FUND).
+    Rejected,
+    /// The same idempotency key was answered with a different body: the account is stopped.
+    IdempotencyMismatch,
+    /// A consumer has held a later sequence longer than the alarm age; `sequence` is the missing one.
+    Gap,
+    /// A message with a new instruction id but an already-applied sequence.
+    StaleSequence,
+    /// Two different instructions claim the same account sequence.
+    ConflictingSequence,
+    /// Reconciliation: a sequence is missing or repeated in what a consumer applied.
+    SequenceContinuity,
+    /// Reconciliation: ledger and statement disagree on an asset's aggregate balance.
+    BalanceMismatch,
+    /// Reconciliation: an outbox event without a ledger transaction, or the reverse.
+    Unmatched,
+}
+
+impl ExceptionKind {
+    pub const ALL: [Self; 8] = [
+        Self::Rejected,
+        Self::IdempotencyMismatch,
+        Self::Gap,
+        Self::StaleSequence,
+        Self::ConflictingSequence,
+        Self::SequenceContinuity,
+        Self::BalanceMismatch,
+        Self::Unmatched,
+    ];
+
+    /// The stable name stored in the `exceptions.kind` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Rejected => "rejected",
+            Self::IdempotencyMismatch => "idempotency_mismatch",
+            Self::Gap => "gap",
+            Self::StaleSequence => "stale_sequence",
+            Self::ConflictingSequence => "conflicting_sequence",
+            Self::SequenceContinuity => "sequence_continuity",
+            Self::BalanceMismatch => "balance_mismatch",
+            Self::Unmatched => "unmatched",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == text)
+    }
+}
+
+/// An exception to record. Recording the same (source, kind, account, sequence) twice
+/// keeps the first, so an alarm fires once per gap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewException {
+    /// Who raised it: a relay name or a consumer name.
+    pub source: String,
+    pub kind: ExceptionKind,
+    pub account: Account,
+    pub sequence: u64,
+    pub detail: String,
+}
+
+/// A recorded exception.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exception {
+    pub id: i64,
+    pub source: String,
+    pub kind: ExceptionKind,
+    pub account: Account,
+    pub sequence: u64,
+    pub detail: String,
+    pub detected_at: DateTime<Utc>,
+}

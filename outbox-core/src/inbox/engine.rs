@@ -1,0 +1,210 @@
+//! The inbox engine: duplicate, stale, apply-next, hold-on-gap, release, alarm.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+
+use super::{HoldResult, Inbox, InboxMessage, MessageKind};
+use crate::domain::Account;
+use crate::error::Result;
+use crate::exception::{ExceptionKind, NewException};
+
+/// Applies one message's impact inside the consumer's transaction.
+#[allow(async_fn_in_trait)]
+pub trait Handler<I> {
+    /// Writes the impact through `inbox`'s transaction. An error rolls everything back.
+    async fn apply(&mut self, inbox: &mut I, message: &InboxMessage) -> Result<()>;
+}
+
+impl<I, F> Handler<I> for F
+where
+    F: FnMut(&mut I, &InboxMessage) -> Result<()>,
+{
+    async fn apply(&mut self, inbox: &mut I, message: &InboxMessage) -> Result<()> {
+        self(inbox, message)
+    }
+}
+
+/// What [`InboxEngine::accept`] did with a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Accepted {
+    /// Applied (or, for a rejection notice, consumed); `released` lists held sequences applied after it.
+    Applied { released: Vec<u64> },
+    /// Already processed, or already waiting in the gap queue: no effect.
+    Duplicate,
+    /// A new instruction id at an already-applied sequence: no effect, exception recorded.
+    Stale { last_applied: u64 },
+    /// Sequence skips a number: held until the gap fills.
+    Held { waiting_for: u64 },
+    /// Another instruction already holds this sequence: not held, exception recorded.
+    Conflict { holder: String },
+}
+
+/// A gap that has been open longer than the alarm age.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GapAlarm {
+    pub consumer: String,
+    pub account: Account,
+    /// The sequence that has not arrived.
+    pub missing: u64,
+    /// The held sequence waiting behind it.
+    pub held: u64,
+    pub age: Duration,
+}
+
+type AlarmHook = Arc<dyn Fn(&GapAlarm) + Send + Sync>;
+
+/// Per-account ordering and dedup for one consumer.
+#[derive(Clone)]
+pub struct InboxEngine {
+    consumer: String,
+    gap_alarm_after: Duration,
+    on_alarm: Option<AlarmHook>,
+}
+
+impl fmt::Debug for InboxEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InboxEngine")
+            .field("consumer", &self.consumer)
+            .field("gap_alarm_after", &self.gap_alarm_after)
+            .field("on_alarm", &self.on_alarm.is_some())
+            .finish()
+    }
+}
+
+impl InboxEngine {
+    /// Default age after which an open gap raises an alarm.
+    pub const DEFAULT_GAP_ALARM_AFTER: Duration = Duration::from_secs(60);
+
+    pub fn new(consumer: impl Into<String>) -> Self {
+        Self {
+            consumer: consumer.into(),
+            gap_alarm_after: Self::DEFAULT_GAP_ALARM_AFTER,
+            on_alarm: None,
+        }
+    }
+
+    #[must_use]
+    pub fn gap_alarm_after(mut self, age: Duration) -> Self {
+        self.gap_alarm_after = age;
+        self
+    }
+
+    /// A metric hook called once per new alarm.
+    #[must_use]
+    pub fn on_alarm(mut self, hook: impl Fn(&GapAlarm) + Send + Sync + 'static) -> Self {
+        self.on_alarm = Some(Arc::new(hook));
+        self
+    }
+
+    pub fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    /// Takes one message inside the caller's transaction.
+    ///
+    /// On error nothing must be committed: the caller rolls back, so no marker, no
+    /// impact and no release survives.
+    pub async fn accept<I: Inbox, H: Handler<I>>(&self, inbox: &mut I, message: InboxMessage, handler: &mut H) -> Result<Accepted> {
+        let consumer = self.consumer.as_str();
+        if inbox.is_processed(consumer, &message.instruction_id).await? {
+            return Ok(Accepted::Duplicate);
+        }
+        let last_applied = inbox.last_applied(consumer, &message.account).await?;
+        if message.sequence <= last_applied {
+            let detail = format!(
+                "instruction {} at sequence {} arrived after sequence {last_applied} was applied",
+                message.instruction_id, message.sequence
+            );
+            tracing::warn!(consumer, account = %message.account, sequence = message.sequence, "{detail}");
+            inbox.record_exception(&self.exception(ExceptionKind::StaleSequence, &message.account, message.sequence, detail)).await?;
+            return Ok(Accepted::Stale { last_applied });
+        }
+        if message.sequence > last_applied + 1 {
+            return self.hold(inbox, message, last_applied + 1).await;
+        }
+        self.apply(inbox, &message, handler).await?;
+        let mut released = Vec::new();
+        let mut next = message.sequence + 1;
+        while let Some(held) = inbox.take_held(consumer, &message.account, next).await? {
+            self.apply(inbox, &held, handler).await?;
+            released.push(next);
+            next += 1;
+        }
+        Ok(Accepted::Applied { released })
+    }
+
+    async fn apply<I: Inbox, H: Handler<I>>(&self, inbox: &mut I, message: &InboxMessage, handler: &mut H) -> Result<()> {
+        // A rejection notice only consumes its sequence: the ledger moved no money.
+        if message.kind != MessageKind::Rejected {
+            handler.apply(inbox, message).await?;
+        }
+        inbox.mark_applied(&self.consumer, message).await
+    }
+
+    async fn hold<I: Inbox>(&self, inbox: &mut I, message: InboxMessage, waiting_for: u64) -> Result<Accepted> {
+        match inbox.hold(&self.consumer, &message).await? {
+            HoldResult::Held => Ok(Accepted::Held { waiting_for }),
+            HoldResult::Occupied { instruction_id } if instruction_id == message.instruction_id => Ok(Accepted::Duplicate),
+            HoldResult::Occupied { instruction_id } => {
+                let detail = format!(
+                    "instructions {instruction_id} and {} both claim sequence {}",
+                    message.instruction_id, message.sequence
+                );
+                tracing::error!(consumer = %self.consumer, account = %message.account, sequence = message.sequence, "{detail}");
+                inbox
+                    .record_exception(&self.exception(ExceptionKind::ConflictingSequence, &message.account, message.sequence, detail))
+                    .await?;
+                Ok(Accepted::Conflict { holder: instruction_id })
+            }
+        }
+    }
+
+    /// Raises an alarm for every gap open longer than the alarm age: an exception row
+    /// naming the account and the missing sequence, a log line and the metric hook.
+    /// Gaps are never skipped: the held messages stay held. Returns the new alarms.
+    pub async fn check_gaps<I: Inbox>(&self, inbox: &mut I) -> Result<Vec<GapAlarm>> {
+        let now = Utc::now();
+        let mut alarms = Vec::new();
+        for gap in inbox.held_gaps(&self.consumer).await? {
+            let age = (now - gap.held_at).to_std().unwrap_or_default();
+            if age < self.gap_alarm_after {
+                continue;
+            }
+            let alarm = GapAlarm {
+                consumer: self.consumer.clone(),
+                account: gap.account.clone(),
+                missing: gap.last_applied + 1,
+                held: gap.lowest_held,
+                age,
+            };
+            let detail = format!(
+                "sequence {} missing for {:?}; sequence {} held behind it",
+                alarm.missing, alarm.age, alarm.held
+            );
+            let new = inbox
+                .record_exception(&self.exception(ExceptionKind::Gap, &gap.account, alarm.missing, detail))
+                .await?;
+            if new {
+                tracing::error!(consumer = %self.consumer, account = %alarm.account, missing = alarm.missing, held = alarm.held, "inbox gap alarm");
+                if let Some(hook) = &self.on_alarm {
+                    hook(&alarm);
+                }
+                alarms.push(alarm);
+            }
+        }
+        Ok(alarms)
+    }
+
+    fn exception(&self, kind: ExceptionKind, account: &Account, sequence: u64, detail: String) -> NewException {
+        NewException {
+            source: self.consumer.clone(),
+            kind,
+            account: account.clone(),
+            sequence,
+            detail,
+        }
+    }
+}

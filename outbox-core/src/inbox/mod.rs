@@ -1,0 +1,95 @@
+//! Consumer side of Hop 2: the `Inbox` storage trait and the engine that dedupes,
+//! orders and holds messages inside the consumer's own transaction.
+
+mod engine;
+
+use chrono::{DateTime, Utc};
+
+pub use engine::{Accepted, GapAlarm, Handler, InboxEngine};
+
+use crate::domain::Account;
+use crate::error::Result;
+use crate::exception::NewException;
+
+/// What a Hop 2 message reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MessageKind {
+    /// A committed ledger transaction (a posting).
+    Committed,
+    /// A reversal of an earlier posting.
+    Reverted,
+    /// The ledger refused the instruction: the sequence is consumed with no impact.
+    Rejected,
+}
+
+impl MessageKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Committed => "committed",
+            Self::Reverted => "reverted",
+            Self::Rejected => "rejected",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Committed, Self::Reverted, Self::Rejected]
+            .into_iter()
+            .find(|k| k.as_str() == text)
+    }
+}
+
+/// One message as the inbox sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxMessage {
+    /// The outbox event id, or `ledger:tx` for a transaction without outbox metadata.
+    pub instruction_id: String,
+    pub account: Account,
+    pub sequence: u64,
+    pub kind: MessageKind,
+    pub payload: Vec<u8>,
+}
+
+/// The result of trying to put a message in the gap queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HoldResult {
+    Held,
+    /// The slot is taken by `instruction_id` (the same message again, or a conflicting one).
+    Occupied { instruction_id: String },
+}
+
+/// The oldest held message of one account: the gap sits right before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldGap {
+    pub account: Account,
+    pub last_applied: u64,
+    pub lowest_held: u64,
+    pub held_at: DateTime<Utc>,
+}
+
+/// Inbox storage bound to the consumer's open transaction.
+///
+/// Implementations wrap the caller's transaction (`&rusqlite::Connection`,
+/// `&mut sqlx::PgConnection`), so every call here commits or rolls back with the
+/// consumer's impact.
+///
+/// # Contract
+/// - All reads see the caller's own uncommitted writes.
+/// - `mark_applied` writes the processed marker (keyed on `(consumer, instruction_id)`)
+///   and sets the account's high-water mark to `message.sequence`.
+/// - `take_held` removes and returns the held message at exactly that sequence.
+/// - `record_exception` keeps the first of equal `(source, kind, account, sequence)`
+///   and returns whether this one was new.
+///
+/// The futures are not required to be `Send`: SQLite connections are not `Sync`.
+#[allow(async_fn_in_trait)]
+pub trait Inbox {
+    async fn is_processed(&mut self, consumer: &str, instruction_id: &str) -> Result<bool>;
+    /// The highest applied sequence of `account`, 0 when none.
+    async fn last_applied(&mut self, consumer: &str, account: &Account) -> Result<u64>;
+    async fn mark_applied(&mut self, consumer: &str, message: &InboxMessage) -> Result<()>;
+    async fn hold(&mut self, consumer: &str, message: &InboxMessage) -> Result<HoldResult>;
+    async fn take_held(&mut self, consumer: &str, account: &Account, sequence: u64) -> Result<Option<InboxMessage>>;
+    async fn record_exception(&mut self, exception: &NewException) -> Result<bool>;
+    /// For each account with held messages: its high-water mark and lowest held message.
+    async fn held_gaps(&mut self, consumer: &str) -> Result<Vec<HeldGap>>;
+}

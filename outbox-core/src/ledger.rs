@@ -1,0 +1,93 @@
+//! The `Ledger` trait: post with an idempotency key, revert, read back.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use crate::domain::{Account, Asset, EventId, Metadata, Posting};
+use crate::error::Result;
+
+/// The ledger's answer to a post or revert that did not fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PostOutcome {
+    /// A new transaction was committed.
+    Accepted { transaction_id: u64 },
+    /// The key was seen before with the same body: the original transaction, nothing new.
+    Replayed { transaction_id: u64 },
+    /// A business refusal that no retry can change (INSUFFICIENT_FUND, …).
+    Rejected { code: String, message: String },
+}
+
+/// One element of a bulk post: the idempotency key and the exact stored body.
+#[derive(Debug, Clone, Copy)]
+pub struct BulkItem<'a> {
+    pub key: EventId,
+    pub body: &'a [u8],
+}
+
+/// A transaction as read back from the ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerTransaction {
+    pub id: u64,
+    pub postings: Vec<Posting>,
+    pub reference: Option<String>,
+    pub metadata: Metadata,
+    pub reverted: bool,
+}
+
+/// Sum of balances per asset; signed, since sources such as `world` go negative.
+pub type Balances = BTreeMap<Asset, i128>;
+
+/// What a ledger adapter supports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LedgerCapabilities {
+    /// Most elements one bulk call takes; 0 or 1 means no bulk.
+    pub max_bulk: usize,
+}
+
+impl LedgerCapabilities {
+    pub const fn new(max_bulk: usize) -> Self {
+        Self { max_bulk }
+    }
+}
+
+/// A core ledger (Formance v2 or compatible).
+///
+/// # Contract
+/// - `post` sends `body` byte-for-byte with `Idempotency-Key = key`. A repeat with the
+///   same key and body answers [`PostOutcome::Replayed`] with the original id and
+///   creates nothing; the same key with another body is an
+///   [`crate::ErrorKind::IdempotencyMismatch`] error, permanent and never retried.
+/// - A business refusal is `Ok(Rejected)`; a failure that may pass is an error with
+///   [`crate::Retry::Transient`] (5xx, 408, 429, connect errors, timeouts), honouring
+///   `Retry-After`. Every other error is permanent.
+/// - `post_bulk` answers one result per item, in order.
+#[async_trait]
+pub trait Ledger: Send + Sync + 'static {
+    fn capabilities(&self) -> LedgerCapabilities;
+
+    /// Creates a transaction from a stored `TransactionRequest` body.
+    async fn post(&self, key: EventId, body: &[u8]) -> Result<PostOutcome>;
+
+    /// Posts several bodies in one call, each with its own key.
+    async fn post_bulk(&self, items: &[BulkItem<'_>]) -> Result<Vec<Result<PostOutcome>>> {
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            out.push(self.post(item.key, item.body).await);
+        }
+        Ok(out)
+    }
+
+    /// Reverts transaction `transaction_id`, with its own key and metadata.
+    async fn revert(&self, key: EventId, transaction_id: u64, metadata: &Metadata) -> Result<PostOutcome>;
+
+    /// The transaction whose metadata carries `outbox_event_id = event_id`.
+    async fn transaction_by_event_id(&self, event_id: EventId) -> Result<Option<LedgerTransaction>>;
+
+    /// Writes account metadata under idempotency key `key`.
+    async fn save_account_metadata(&self, key: &str, account: &Account, metadata: &Metadata) -> Result<()>;
+
+    /// Aggregate balances per asset over the accounts matching `address` (Formance `$match`).
+    async fn aggregate_balances(&self, address: &str) -> Result<Balances>;
+}

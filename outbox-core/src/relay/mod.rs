@@ -1,0 +1,41 @@
+//! The `Relay` trait: a resumable source of committed outbox events in commit order.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::domain::{OutboxEvent, Position};
+use crate::error::Result;
+
+/// A source of committed outbox events in commit order.
+///
+/// # Contract
+/// - [`Relay::next_batch`] returns events after the last one it returned (after the
+///   saved cursor right after opening), in commit order, never one twice in a session.
+/// - [`Relay::acknowledge`] makes `through` durable in the cursor record, never in the
+///   event rows. After a crash the relay resumes from the last acknowledged position,
+///   so events after it are delivered again: the ledger's idempotency absorbs that.
+/// - [`Relay::wait`] returns when new events may be there (an in-process wake-up, a
+///   database notification) or after the poll interval, whichever comes first. It never
+///   spins.
+#[async_trait]
+pub trait Relay: Send {
+    /// The relay's name, which keys its cursor.
+    fn name(&self) -> &str;
+
+    /// Up to `max` events after the last returned one; empty when none are committed.
+    async fn next_batch(&mut self, max: usize) -> Result<Vec<OutboxEvent>>;
+
+    /// Durably records that every event up to and including `through` has a terminal outcome.
+    async fn acknowledge(&mut self, through: Position) -> Result<()>;
+
+    /// The last acknowledged position, as loaded or saved.
+    fn acknowledged(&self) -> Option<Position>;
+
+    /// Waits for a wake-up or at most `interval`.
+    async fn wait(&mut self, interval: Duration);
+}
+
+mod polling;
+
+pub use polling::{PollingRelay, Wakeup};

@@ -1,0 +1,123 @@
+//! The `Store` trait: the relay-side view of the outbox.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::domain::{EventId, OutboxEvent};
+use crate::error::Result;
+use crate::exception::{Exception, NewException};
+
+/// The final or intermediate result of one attempt to post an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeliveryOutcome {
+    /// The ledger created the transaction.
+    Accepted,
+    /// The ledger replayed an earlier answer (`Idempotency-Hit: true`).
+    Replayed,
+    /// The ledger refused it permanently; the record carries the code.
+    Rejected,
+    /// The attempt failed (transiently, or the account stopped); not terminal by itself.
+    Failed,
+}
+
+impl DeliveryOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Accepted => "accepted",
+            Self::Replayed => "replayed",
+            Self::Rejected => "rejected",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Accepted, Self::Replayed, Self::Rejected, Self::Failed]
+            .into_iter()
+            .find(|o| o.as_str() == text)
+    }
+
+    /// Accepted, replayed and rejected end an event's delivery; failed does not.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, Self::Failed)
+    }
+}
+
+/// One append-only row of `outbox_deliveries`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryRecord {
+    pub event_id: EventId,
+    /// 1 for the first attempt of this event, counting across relay restarts.
+    pub attempt: u32,
+    pub outcome: DeliveryOutcome,
+    pub ledger_tx_id: Option<u64>,
+    pub error_code: Option<String>,
+    pub detail: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
+/// How far a relay is behind the outbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Lag {
+    /// Committed events after the relay's saved cursor.
+    pub pending: u64,
+    /// Age of the oldest of them.
+    pub oldest_pending_age: Option<Duration>,
+}
+
+/// What a store implementation supports, so suites skip what it does not claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct StoreCapabilities {
+    /// Two write transactions can be open on the outbox at once (Postgres; not SQLite).
+    pub concurrent_writers: bool,
+    /// The store offers a change-data-capture relay.
+    pub cdc: bool,
+}
+
+impl StoreCapabilities {
+    pub const fn new(concurrent_writers: bool, cdc: bool) -> Self {
+        Self { concurrent_writers, cdc }
+    }
+}
+
+/// The relay-side view of the outbox.
+///
+/// # Contract
+/// - Event rows are immutable: nothing here updates or deletes them, and the database
+///   itself refuses UPDATE and DELETE of `outbox_events` and `outbox_deliveries`.
+/// - [`Store::read_committed`] returns only committed events, in commit order, and never
+///   skips an event that commits after an event with a higher position.
+/// - Cursor, delivery and exception writes are durable when the call returns.
+/// - Errors from lock contention or I/O are [`crate::Retry::Transient`].
+/// - Every method is cancel-safe: dropping its future either completes or has no effect.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    fn capabilities(&self) -> StoreCapabilities;
+
+    /// Up to `limit` committed events after `after` (from the start when `None`), in commit order.
+    async fn read_committed(&self, after: Option<crate::Position>, limit: usize) -> Result<Vec<OutboxEvent>>;
+
+    /// The saved position of relay `relay`, `None` before its first save.
+    async fn load_cursor(&self, relay: &str) -> Result<Option<crate::Position>>;
+
+    /// Saves `position` for `relay`; call only after the outcomes up to it are recorded.
+    async fn save_cursor(&self, relay: &str, position: crate::Position) -> Result<()>;
+
+    /// Appends delivery records, all or none.
+    async fn append_deliveries(&self, records: &[DeliveryRecord]) -> Result<()>;
+
+    /// Every delivery record of one event, oldest first.
+    async fn deliveries(&self, event_id: EventId) -> Result<Vec<DeliveryRecord>>;
+
+    /// Records an exception unless the same (source, kind, account, sequence) exists;
+    /// returns whether it was new.
+    async fn raise_exception(&self, exception: &NewException) -> Result<bool>;
+
+    /// All exceptions, oldest first.
+    async fn exceptions(&self) -> Result<Vec<Exception>>;
+
+    /// Pending events and the oldest pending age for `relay`.
+    async fn lag(&self, relay: &str) -> Result<Lag>;
+}
