@@ -1,1 +1,17 @@
+#![doc = include_str!("../README.md")]
 
+mod config;
+mod connection;
+mod enqueue;
+mod error;
+mod inbox;
+mod store;
+mod time;
+mod wakeup;
+
+pub use config::SqliteConfig;
+pub use connection::{connect, migrate};
+pub use enqueue::enqueue;
+pub use error::map as map_error;
+pub use inbox::SqliteInbox;
+pub use store::SqliteStore;

@@ -1,1 +1,77 @@
+//! Conformance suites every ledger-outbox adapter must pass.
+//!
+//! Each behaviour is one `pub async fn` taking a harness; the macros
+//! [`store_suite!`] and [`inbox_suite!`] expand to one `#[tokio::test]` per case for a
+//! backend, so a failure names its case and its backend. Each test gets a fresh
+//! harness (a fresh database file or schema).
 
+pub mod fixtures;
+pub mod harness;
+pub mod inbox_cases;
+pub mod store_cases;
+
+pub use harness::{InboxHarness, StoreHarness};
+
+/// Expands to one test per store case for `$harness` (a type implementing
+/// [`StoreHarness`]). Add `dyn` as a second argument to run the cases through
+/// `Arc<dyn Store>` as well (the harness decides how).
+#[macro_export]
+macro_rules! store_suite {
+    ($harness:ty) => {
+        $crate::store_suite!(@cases $harness;
+            row_visible_only_after_commit,
+            rollback_leaves_no_row_and_no_gap,
+            concurrent_writers_get_gapless_unique_sequences,
+            outbox_rows_and_deliveries_refuse_update_and_delete,
+            payload_bytes_round_trip_exactly,
+            cursor_survives_reopening,
+            late_commit_is_still_delivered,
+            invalid_event_names_field_and_keeps_transaction_usable,
+            deliveries_are_recorded_in_order,
+            exceptions_are_recorded_once,
+            lag_reports_pending_and_age,
+            relay_wakes_up_on_enqueue,
+            works_through_dyn_store,
+        );
+    };
+    (@cases $harness:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let harness = <$harness as $crate::StoreHarness>::new().await;
+                $crate::store_cases::$case(&harness).await;
+            }
+        )+
+    };
+}
+
+/// Expands to one test per inbox case for `$harness` (a type implementing [`InboxHarness`]).
+#[macro_export]
+macro_rules! inbox_suite {
+    ($harness:ty) => {
+        $crate::inbox_suite!(@cases $harness;
+            next_sequence_is_applied,
+            duplicate_instruction_has_no_effect,
+            stale_sequence_has_no_effect_and_is_recorded,
+            skipped_number_is_held_then_released_in_order,
+            reversal_before_posting_is_held_then_applied,
+            rejected_notice_consumes_sequence_without_impact,
+            handler_failure_marks_nothing,
+            same_amount_new_instruction_is_applied,
+            gap_older_than_alarm_age_raises_one_alarm_and_is_not_skipped,
+            young_gap_raises_no_alarm,
+            duplicate_of_held_message_is_absorbed,
+            conflicting_instruction_for_held_sequence_is_recorded,
+            consumers_are_isolated,
+        );
+    };
+    (@cases $harness:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $case() {
+                let harness = <$harness as $crate::InboxHarness>::new().await;
+                $crate::inbox_cases::$case(&harness).await;
+            }
+        )+
+    };
+}

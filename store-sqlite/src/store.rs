@@ -1,0 +1,298 @@
+//! `SqliteStore`: the relay-side `Store` on one SQLite file.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_core::{
+    Account, DeliveryOutcome, DeliveryRecord, Error, ErrorKind, EventId, Exception, ExceptionKind, Lag, NewException,
+    OutboxEvent, Payload, PollingRelay, Position, Store, StoreCapabilities, Wakeup,
+};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::config::SqliteConfig;
+use crate::connection::{connect, migrate};
+use crate::error::SqliteResultExt;
+use crate::{time, wakeup};
+
+/// The outbox store on SQLite. Cheap to clone; clones share one connection.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: SqliteConfig,
+    conn: Mutex<Connection>,
+    wakeup: Wakeup,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").field("path", &self.inner.config.path).finish()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) and migrates the database.
+    pub async fn open(config: SqliteConfig) -> outbox_core::Result<Self> {
+        tokio::task::spawn_blocking(move || {
+            let mut conn = connect(&config)?;
+            migrate(&mut conn)?;
+            let wakeup = wakeup::for_path(&config.path);
+            Ok(Self {
+                inner: Arc::new(Inner {
+                    config,
+                    conn: Mutex::new(conn),
+                    wakeup,
+                }),
+            })
+        })
+        .await
+        .map_err(join_error)?
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.config.path
+    }
+
+    pub fn config(&self) -> &SqliteConfig {
+        &self.inner.config
+    }
+
+    /// A new connection to the same file, for the caller's own transactions.
+    pub fn connect(&self) -> outbox_core::Result<Connection> {
+        connect(&self.inner.config)
+    }
+
+    /// The default polling relay over this store, woken by enqueues in this process.
+    pub async fn polling_relay(&self, name: &str) -> outbox_core::Result<PollingRelay<Self>> {
+        PollingRelay::open(self.clone(), name, Some(self.inner.wakeup.clone())).await
+    }
+
+    /// Runs `f` on the store's connection off the async runtime.
+    async fn with_conn<T, F>(&self, f: F) -> outbox_core::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> outbox_core::Result<T> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let mut conn = inner.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            f(&mut conn)
+        })
+        .await
+        .map_err(join_error)?
+    }
+}
+
+fn join_error(err: tokio::task::JoinError) -> Error {
+    Error::new(ErrorKind::Internal, format!("sqlite worker task failed: {err}"))
+}
+
+fn row_position(position: Option<Position>) -> outbox_core::Result<i64> {
+    match position {
+        None => Ok(0),
+        Some(Position::Row(row)) => Ok(row),
+        Some(other) => Err(Error::new(ErrorKind::Internal, format!("{other} is not a SQLite row position"))),
+    }
+}
+
+fn internal(what: &str) -> impl Fn(outbox_core::Error) -> rusqlite::Error + '_ {
+    move |e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, format!("{what}: {e}").into())
+}
+
+fn event_from_row(row: &Row<'_>) -> rusqlite::Result<OutboxEvent> {
+    let event_id: String = row.get(1)?;
+    let account: String = row.get(2)?;
+    Ok(OutboxEvent {
+        position: Position::Row(row.get(0)?),
+        event_id: EventId::parse(&event_id).map_err(internal("outbox_events.event_id"))?,
+        account: Account::parse(&account).map_err(internal("outbox_events.account"))?,
+        sequence: row.get::<_, i64>(3)? as u64,
+        payload: Payload::from_stored(row.get(4)?),
+        created_at: time::from_micros(row.get(5)?),
+    })
+}
+
+fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<DeliveryRecord> {
+    let event_id: String = row.get(0)?;
+    let outcome: String = row.get(2)?;
+    Ok(DeliveryRecord {
+        event_id: EventId::parse(&event_id).map_err(internal("outbox_deliveries.event_id"))?,
+        attempt: row.get(1)?,
+        outcome: DeliveryOutcome::parse(&outcome)
+            .ok_or_else(|| internal("outbox_deliveries.outcome")(Error::invalid("outcome", outcome.clone())))?,
+        ledger_tx_id: row.get::<_, Option<i64>>(3)?.map(|id| id as u64),
+        error_code: row.get(4)?,
+        detail: row.get(5)?,
+        at: time::from_micros(row.get(6)?),
+    })
+}
+
+pub(crate) fn exception_from_row(row: &Row<'_>) -> rusqlite::Result<Exception> {
+    let kind: String = row.get(2)?;
+    let account: String = row.get(3)?;
+    Ok(Exception {
+        id: row.get(0)?,
+        source: row.get(1)?,
+        kind: ExceptionKind::parse(&kind)
+            .ok_or_else(|| internal("exceptions.kind")(Error::invalid("kind", kind.clone())))?,
+        account: Account::parse(&account).map_err(internal("exceptions.account"))?,
+        sequence: row.get::<_, i64>(4)? as u64,
+        detail: row.get(5)?,
+        detected_at: time::from_micros(row.get(6)?),
+    })
+}
+
+/// Inserts an exception unless an equal one exists; shared with the inbox.
+pub(crate) fn insert_exception(conn: &Connection, exception: &NewException) -> outbox_core::Result<bool> {
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO exceptions (source, kind, account, sequence, detail, detected_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (source, kind, account, sequence) DO NOTHING",
+        )
+        .storage()?
+        .execute(params![
+            exception.source,
+            exception.kind.as_str(),
+            exception.account.as_str(),
+            exception.sequence as i64,
+            exception.detail,
+            time::now_micros()
+        ])
+        .storage()?;
+    Ok(inserted == 1)
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn capabilities(&self) -> StoreCapabilities {
+        StoreCapabilities::new(false, false)
+    }
+
+    async fn read_committed(&self, after: Option<Position>, limit: usize) -> outbox_core::Result<Vec<OutboxEvent>> {
+        let after = row_position(after)?;
+        self.with_conn(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT position, event_id, account, sequence, payload, created_at
+                     FROM outbox_events WHERE position > ?1 ORDER BY position LIMIT ?2",
+                )
+                .storage()?;
+            let rows = stmt.query_map(params![after, limit as i64], event_from_row).storage()?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().storage()
+        })
+        .await
+    }
+
+    async fn load_cursor(&self, relay: &str) -> outbox_core::Result<Option<Position>> {
+        let relay = relay.to_owned();
+        self.with_conn(move |conn| {
+            conn.query_row("SELECT position FROM relay_cursors WHERE relay = ?1", [relay], |row| row.get(0))
+                .optional()
+                .storage()
+                .map(|p| p.map(Position::Row))
+        })
+        .await
+    }
+
+    async fn save_cursor(&self, relay: &str, position: Position) -> outbox_core::Result<()> {
+        let relay = relay.to_owned();
+        let row = row_position(Some(position))?;
+        self.with_conn(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO relay_cursors (relay, position, updated_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (relay) DO UPDATE SET position = excluded.position, updated_at = excluded.updated_at",
+            )
+            .storage()?
+            .execute(params![relay, row, time::now_micros()])
+            .storage()
+            .map(drop)
+        })
+        .await
+    }
+
+    async fn append_deliveries(&self, records: &[DeliveryRecord]) -> outbox_core::Result<()> {
+        let records = records.to_vec();
+        self.with_conn(move |conn| {
+            let tx = conn.transaction().storage()?;
+            {
+                let mut stmt = tx
+                    .prepare_cached(
+                        "INSERT INTO outbox_deliveries (event_id, attempt, outcome, ledger_tx_id, error_code, detail, at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    )
+                    .storage()?;
+                for r in &records {
+                    stmt.execute(params![
+                        r.event_id.to_string(),
+                        r.attempt,
+                        r.outcome.as_str(),
+                        r.ledger_tx_id.map(|id| id as i64),
+                        r.error_code,
+                        r.detail,
+                        r.at.timestamp_micros()
+                    ])
+                    .storage()?;
+                }
+            }
+            tx.commit().storage()
+        })
+        .await
+    }
+
+    async fn deliveries(&self, event_id: EventId) -> outbox_core::Result<Vec<DeliveryRecord>> {
+        self.with_conn(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT event_id, attempt, outcome, ledger_tx_id, error_code, detail, at
+                     FROM outbox_deliveries WHERE event_id = ?1 ORDER BY id",
+                )
+                .storage()?;
+            let rows = stmt.query_map([event_id.to_string()], delivery_from_row).storage()?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().storage()
+        })
+        .await
+    }
+
+    async fn raise_exception(&self, exception: &NewException) -> outbox_core::Result<bool> {
+        let exception = exception.clone();
+        self.with_conn(move |conn| insert_exception(conn, &exception)).await
+    }
+
+    async fn exceptions(&self) -> outbox_core::Result<Vec<Exception>> {
+        self.with_conn(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT id, source, kind, account, sequence, detail, detected_at FROM exceptions ORDER BY id",
+                )
+                .storage()?;
+            let rows = stmt.query_map([], exception_from_row).storage()?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().storage()
+        })
+        .await
+    }
+
+    async fn lag(&self, relay: &str) -> outbox_core::Result<Lag> {
+        let relay = relay.to_owned();
+        self.with_conn(move |conn| {
+            let (pending, oldest): (i64, Option<i64>) = conn
+                .query_row(
+                    "SELECT count(*), min(created_at) FROM outbox_events
+                     WHERE position > coalesce((SELECT position FROM relay_cursors WHERE relay = ?1), 0)",
+                    [relay],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .storage()?;
+            let now = time::now_micros();
+            Ok(Lag {
+                pending: pending as u64,
+                oldest_pending_age: oldest.map(|at| Duration::from_micros(now.saturating_sub(at).max(0) as u64)),
+            })
+        })
+        .await
+    }
+}
