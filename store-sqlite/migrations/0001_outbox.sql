@@ -1,9 +1,10 @@
 -- ledger-outbox SQLite schema, version 1. DESIGN.md §4.
 
--- The outbox: insert-only. AUTOINCREMENT never reuses a position, and SQLite's single
--- writer makes position order equal commit order.
+-- The outbox: insert-only. SQLite's single writer makes position order equal commit
+-- order. A plain rowid key (max + 1) never reuses a committed position because the
+-- triggers below forbid DELETE; AUTOINCREMENT would cost one more page per commit.
 CREATE TABLE outbox_events (
-    position   INTEGER PRIMARY KEY AUTOINCREMENT,
+    position   INTEGER PRIMARY KEY,
     event_id   TEXT    NOT NULL UNIQUE,
     account    TEXT    NOT NULL,
     sequence   INTEGER NOT NULL CHECK (sequence >= 1),
@@ -16,11 +17,10 @@ BEGIN SELECT RAISE(ABORT, 'outbox_events is append-only: UPDATE refused'); END;
 CREATE TRIGGER outbox_events_no_delete BEFORE DELETE ON outbox_events
 BEGIN SELECT RAISE(ABORT, 'outbox_events is append-only: DELETE refused'); END;
 
--- Per-account gapless counter, bumped in the enqueuing transaction.
-CREATE TABLE outbox_sequences (
-    account       TEXT    PRIMARY KEY,
-    last_sequence INTEGER NOT NULL
-) WITHOUT ROWID;
+-- No outbox_sequences counter table here (Postgres has one): SQLite's database-wide
+-- write lock already serialises enqueues, so the next sequence is max(sequence) + 1
+-- read from the (account, sequence) index inside the writing transaction. A rollback
+-- leaves no gap, and the UNIQUE constraint is the backstop. It saves a page per commit.
 
 -- Relay progress, kept apart from the immutable events.
 CREATE TABLE relay_cursors (

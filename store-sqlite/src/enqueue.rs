@@ -9,8 +9,8 @@ use crate::{time, wakeup};
 /// Enqueues `event` in the transaction open on `conn` (pass `&tx`: a
 /// `rusqlite::Transaction` derefs to `Connection`).
 ///
-/// Allocates the account's next sequence by bumping its counter row in the same
-/// transaction, so a rollback leaves neither a row nor a gap, and stores the exact
+/// Allocates the account's next sequence inside the same transaction (under SQLite's
+/// write lock), so a rollback leaves neither a row nor a gap, and stores the exact
 /// payload bytes the relay will send.
 ///
 /// # Errors
@@ -36,12 +36,11 @@ pub fn enqueue(conn: &Connection, event: &NewEvent) -> outbox_core::Result<Outbo
             return Err(Error::invalid("event_id", format!("{id} is already enqueued")));
         }
     }
+    // Safe without a counter row: the transaction holds (or, at the INSERT below,
+    // must take) SQLite's single write lock; a deferred transaction whose snapshot went
+    // stale meanwhile gets BUSY (transient) instead of a duplicate sequence.
     let sequence: i64 = conn
-        .prepare_cached(
-            "INSERT INTO outbox_sequences (account, last_sequence) VALUES (?1, 1)
-             ON CONFLICT (account) DO UPDATE SET last_sequence = last_sequence + 1
-             RETURNING last_sequence",
-        )
+        .prepare_cached("SELECT coalesce(max(sequence), 0) + 1 FROM outbox_events WHERE account = ?1")
         .storage()?
         .query_row([event.account.as_str()], |row| row.get(0))
         .storage()?;

@@ -40,7 +40,7 @@ impl SqliteStore {
         tokio::task::spawn_blocking(move || {
             let mut conn = connect(&config)?;
             migrate(&mut conn)?;
-            let wakeup = wakeup::for_path(&config.path);
+            let wakeup = wakeup::for_path(conn.path().unwrap_or_default());
             Ok(Self {
                 inner: Arc::new(Inner {
                     config,

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: formatting, lints, every test.
+# Installs or starts what the tests need; stops only what it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+# A build cache outside the clone (also set in .cargo/config.toml) keeps a second run fast.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/ledger-outbox/target}"
+mkdir -p "$CARGO_TARGET_DIR"
+# In CI a missing service or contracts folder is a failure, never a silent skip.
+if [ -n "${CI:-}" ]; then export OUTBOX_TEST_REQUIRE=1; fi
+export OUTBOX_CONTRACTS_DIR="${OUTBOX_CONTRACTS_DIR:-$(cd .. && pwd)/shared/contracts}"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (all targets, warnings are errors)"
+cargo clippy --workspace --all-targets --all-features -- -D warnings
+
+step "cargo test (workspace, all features)"
+cargo test --workspace --all-features 2>&1 | tee "${TMPDIR:-/tmp}/outbox-test.log"
+grep -E '^test result:' "${TMPDIR:-/tmp}/outbox-test.log" | awk '{p+=$4; f+=$6} END {printf "\nworkspace: %d passed, %d failed\n", p, f}'
