@@ -20,29 +20,38 @@ const ROUNDS: usize = 10;
 const PER_ROUND: usize = 300;
 
 #[derive(Clone, Copy)]
+/// What the transaction writes besides the payout intent.
 enum Variant {
-    IntentAlone,
-    IntentPlusPlainRow,
-    IntentPlusEnqueue,
+    Alone,
+    PlusPlainRow,
+    PlusEnqueue,
 }
 
-fn one_transaction(conn: &mut Connection, variant: Variant, i: usize, plain_row: &[u8], events: &[NewEvent]) {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).unwrap();
+fn one_transaction(
+    conn: &mut Connection,
+    variant: Variant,
+    i: usize,
+    plain_row: &[u8],
+    events: &[NewEvent],
+) {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .unwrap();
     tx.execute(
         "INSERT INTO payout_intents (merchant, amount, status) VALUES (?1, ?2, 'requested')",
         params![format!("merchants:{}", i % 50), 48_500_000_i64],
     )
     .unwrap();
     match variant {
-        Variant::IntentAlone => {}
-        Variant::IntentPlusPlainRow => {
+        Variant::Alone => {}
+        Variant::PlusPlainRow => {
             tx.execute(
                 "INSERT INTO plain_rows (event_id, account, sequence, payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![uuid_text(i), format!("merchants:{}", i % 50), i as i64, plain_row, 1_764_000_000_000_000_i64],
             )
             .unwrap();
         }
-        Variant::IntentPlusEnqueue => {
+        Variant::PlusEnqueue => {
             enqueue(&tx, &events[i % events.len()]).unwrap();
         }
     }
@@ -55,7 +64,6 @@ fn uuid_text(i: usize) -> String {
 
 fn main() {
     let synchronous_full = !std::env::args().any(|a| a == "normal");
-    let _ = Variant::IntentAlone;
     let dir = tempfile::TempDir::new().unwrap();
     let mut config = SqliteConfig::new(dir.path().join("bench.db"));
     config.synchronous_full = synchronous_full;
@@ -70,12 +78,14 @@ fn main() {
     let sample = payout("0", 48_500_000).encode(1).unwrap().1.into_bytes();
     // Events are built (and validated) outside the timed loop, as a caller builds them
     // before opening its transaction.
-    let events: Vec<NewEvent> = (0..50).map(|m| payout(&m.to_string(), 48_500_000)).collect();
+    let events: Vec<NewEvent> = (0..50)
+        .map(|m| payout(&m.to_string(), 48_500_000))
+        .collect();
 
     let variants = [
-        ("intent alone", Variant::IntentAlone),
-        ("intent + plain row", Variant::IntentPlusPlainRow),
-        ("intent + enqueue", Variant::IntentPlusEnqueue),
+        ("intent alone", Variant::Alone),
+        ("intent + plain row", Variant::PlusPlainRow),
+        ("intent + enqueue", Variant::PlusEnqueue),
     ];
     let mut totals = [Duration::ZERO; 3];
     let mut counter = 0;
@@ -98,10 +108,17 @@ fn main() {
     );
     let rate = |d: Duration| n / d.as_secs_f64();
     for (slot, (name, _)) in variants.iter().enumerate() {
-        println!("  {name:<20} {:>9.0} tx/s  {:>8.1} µs/tx", rate(totals[slot]), totals[slot].as_secs_f64() * 1e6 / n);
+        println!(
+            "  {name:<20} {:>9.0} tx/s  {:>8.1} µs/tx",
+            rate(totals[slot]),
+            totals[slot].as_secs_f64() * 1e6 / n
+        );
     }
     let ratio = |a: usize, b: usize| totals[a].as_secs_f64() / totals[b].as_secs_f64();
-    println!("  ratio enqueue / plain row   = {:.3}  (goal ≤ 1.15)", ratio(2, 1));
+    println!(
+        "  ratio enqueue / plain row   = {:.3}  (goal ≤ 1.15)",
+        ratio(2, 1)
+    );
     println!("  ratio enqueue / intent alone = {:.3}", ratio(2, 0));
     println!("  ratio plain row / intent alone = {:.3}", ratio(1, 0));
 }
