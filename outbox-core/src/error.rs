@@ -141,7 +141,9 @@ impl fmt::Display for Error {
             write!(f, " [{key}={value}]")?;
         }
         match self.retry {
-            Retry::Transient { after: Some(after) } => write!(f, " (transient, retry after {after:?})"),
+            Retry::Transient { after: Some(after) } => {
+                write!(f, " (transient, retry after {after:?})")
+            }
             Retry::Transient { after: None } => write!(f, " (transient)"),
             Retry::Exhausted => write!(f, " (retries exhausted)"),
             Retry::Permanent => Ok(()),
@@ -161,7 +163,12 @@ mod tests {
         assert_eq!(e.retry(), Retry::Permanent);
         assert!(!e.is_transient());
         let t = e.transient(Some(Duration::from_secs(2)));
-        assert_eq!(t.retry(), Retry::Transient { after: Some(Duration::from_secs(2)) });
+        assert_eq!(
+            t.retry(),
+            Retry::Transient {
+                after: Some(Duration::from_secs(2))
+            }
+        );
         assert!(t.to_string().contains("retry after 2s"), "{t}");
         assert_eq!(t.exhausted().retry(), Retry::Exhausted);
     }

@@ -12,6 +12,9 @@ pub enum ExceptionKind {
     Rejected,
     /// The same idempotency key was answered with a different body: the account is stopped.
     IdempotencyMismatch,
+    /// The relay stopped an account on a permanent error that is not a business refusal
+    /// (a misconfigured ledger, an unreadable payload, retries exhausted in drain mode).
+    Stopped,
     /// A consumer has held a later sequence longer than the alarm age; `sequence` is the missing one.
     Gap,
     /// A message with a new instruction id but an already-applied sequence.
@@ -27,9 +30,10 @@ pub enum ExceptionKind {
 }
 
 impl ExceptionKind {
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::Rejected,
         Self::IdempotencyMismatch,
+        Self::Stopped,
         Self::Gap,
         Self::StaleSequence,
         Self::ConflictingSequence,
@@ -43,6 +47,7 @@ impl ExceptionKind {
         match self {
             Self::Rejected => "rejected",
             Self::IdempotencyMismatch => "idempotency_mismatch",
+            Self::Stopped => "stopped",
             Self::Gap => "gap",
             Self::StaleSequence => "stale_sequence",
             Self::ConflictingSequence => "conflicting_sequence",

@@ -80,13 +80,24 @@ pub trait Ledger: Send + Sync + 'static {
     }
 
     /// Reverts transaction `transaction_id`, with its own key and metadata.
-    async fn revert(&self, key: EventId, transaction_id: u64, metadata: &Metadata) -> Result<PostOutcome>;
+    async fn revert(
+        &self,
+        key: EventId,
+        transaction_id: u64,
+        metadata: &Metadata,
+    ) -> Result<PostOutcome>;
 
     /// The transaction whose metadata carries `outbox_event_id = event_id`.
-    async fn transaction_by_event_id(&self, event_id: EventId) -> Result<Option<LedgerTransaction>>;
+    async fn transaction_by_event_id(&self, event_id: EventId)
+    -> Result<Option<LedgerTransaction>>;
 
     /// Writes account metadata under idempotency key `key`.
-    async fn save_account_metadata(&self, key: &str, account: &Account, metadata: &Metadata) -> Result<()>;
+    async fn save_account_metadata(
+        &self,
+        key: &str,
+        account: &Account,
+        metadata: &Metadata,
+    ) -> Result<()>;
 
     /// Aggregate balances per asset over the accounts matching `address` (Formance `$match`).
     async fn aggregate_balances(&self, address: &str) -> Result<Balances>;

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod dispatch;
 pub mod domain;
 mod error;
 pub mod exception;
@@ -8,10 +9,13 @@ pub mod ledger;
 pub mod relay;
 pub mod store;
 
+pub use dispatch::{DispatchConfig, Dispatcher, RunMode, Summary};
 pub use domain::*;
 pub use error::{Error, ErrorKind, Result, Retry};
 pub use exception::{Exception, ExceptionKind, NewException};
-pub use inbox::{Accepted, GapAlarm, Handler, HeldGap, HoldResult, Inbox, InboxEngine, InboxMessage, MessageKind};
+pub use inbox::{
+    Accepted, GapAlarm, Handler, HeldGap, HoldResult, Inbox, InboxEngine, InboxMessage, MessageKind,
+};
 pub use ledger::{Balances, BulkItem, Ledger, LedgerCapabilities, LedgerTransaction, PostOutcome};
 pub use relay::{PollingRelay, Relay, Wakeup};
 pub use store::{DeliveryOutcome, DeliveryRecord, Lag, Store, StoreCapabilities};

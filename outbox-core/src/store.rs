@@ -78,7 +78,10 @@ pub struct StoreCapabilities {
 
 impl StoreCapabilities {
     pub const fn new(concurrent_writers: bool, cdc: bool) -> Self {
-        Self { concurrent_writers, cdc }
+        Self {
+            concurrent_writers,
+            cdc,
+        }
     }
 }
 
@@ -97,7 +100,11 @@ pub trait Store: Send + Sync + 'static {
     fn capabilities(&self) -> StoreCapabilities;
 
     /// Up to `limit` committed events after `after` (from the start when `None`), in commit order.
-    async fn read_committed(&self, after: Option<crate::Position>, limit: usize) -> Result<Vec<OutboxEvent>>;
+    async fn read_committed(
+        &self,
+        after: Option<crate::Position>,
+        limit: usize,
+    ) -> Result<Vec<OutboxEvent>>;
 
     /// The saved position of relay `relay`, `None` before its first save.
     async fn load_cursor(&self, relay: &str) -> Result<Option<crate::Position>>;

@@ -24,7 +24,9 @@ impl Account {
         } else {
             Err(Error::invalid(
                 field,
-                format!("{text:?} is not a ledger account address (segments of [a-zA-Z0-9_-] separated by ':')"),
+                format!(
+                    "{text:?} is not a ledger account address (segments of [a-zA-Z0-9_-] separated by ':')"
+                ),
             ))
         }
     }

@@ -25,10 +25,12 @@ impl Amount {
 
     /// Adds, failing on overflow instead of wrapping.
     pub fn checked_add(self, other: Self) -> Result<Self> {
-        self.0
-            .checked_add(other.0)
-            .map(Self)
-            .ok_or_else(|| Error::invalid("amount", format!("{} + {} overflows u64 minor units", self.0, other.0)))
+        self.0.checked_add(other.0).map(Self).ok_or_else(|| {
+            Error::invalid(
+                "amount",
+                format!("{} + {} overflows u64 minor units", self.0, other.0),
+            )
+        })
     }
 
     /// Parses decimal digits only: no sign, no decimal point, no exponent.
@@ -68,7 +70,10 @@ impl Monetary {
     /// Parses `"ASSET AMOUNT"`, the form of a Numscript monetary variable.
     pub fn parse_field(field: &str, text: &str) -> Result<Self> {
         let (asset, amount) = text.trim().split_once(' ').ok_or_else(|| {
-            Error::invalid(field, format!("{text:?} is not UMN \"ASSET AMOUNT\" (for example \"USD/2 48500000\")"))
+            Error::invalid(
+                field,
+                format!("{text:?} is not UMN \"ASSET AMOUNT\" (for example \"USD/2 48500000\")"),
+            )
         })?;
         Ok(Self {
             asset: Asset::parse_field(field, asset)?,
@@ -122,7 +127,9 @@ mod tests {
         }
         let err = Amount::parse_field("amount", "18446744073709551616").unwrap_err();
         assert!(err.message().contains("overflows"), "{err}");
-        let err = Amount::new(u64::MAX).checked_add(Amount::new(1)).unwrap_err();
+        let err = Amount::new(u64::MAX)
+            .checked_add(Amount::new(1))
+            .unwrap_err();
         assert_eq!(err.field(), Some("amount"));
         assert!(Monetary::parse_field("vars.amount", "USD/2").is_err());
     }

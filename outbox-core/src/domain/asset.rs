@@ -24,7 +24,9 @@ impl Asset {
         } else {
             Err(Error::invalid(
                 field,
-                format!("{text:?} is not an asset code (for example USD/2: code, optional _SUFFIX, optional /scale)"),
+                format!(
+                    "{text:?} is not an asset code (for example USD/2: code, optional _SUFFIX, optional /scale)"
+                ),
             ))
         }
     }

@@ -98,7 +98,10 @@ impl PostCommand {
     fn validate(&self) -> Result<()> {
         match &self.body {
             PostBody::Postings(postings) if postings.is_empty() => {
-                return Err(Error::invalid("postings", "at least one posting is required"));
+                return Err(Error::invalid(
+                    "postings",
+                    "at least one posting is required",
+                ));
             }
             PostBody::Postings(_) => {}
             PostBody::Script(script) => {
@@ -116,7 +119,10 @@ impl PostCommand {
         if let Some(reference) = &self.reference
             && reference.trim().is_empty()
         {
-            return Err(Error::invalid("reference", "must not be empty when present"));
+            return Err(Error::invalid(
+                "reference",
+                "must not be empty when present",
+            ));
         }
         validate_metadata(&self.metadata)
     }
@@ -180,7 +186,10 @@ mod tests {
             reference: None,
             metadata: Metadata::from([("outbox_sequence".into(), "9".into())]),
         });
-        assert_eq!(reserved.validate().unwrap_err().field(), Some("metadata.outbox_sequence"));
+        assert_eq!(
+            reserved.validate().unwrap_err().field(),
+            Some("metadata.outbox_sequence")
+        );
 
         let bad_var = LedgerCommand::Post(PostCommand {
             body: PostBody::Script(Script {

@@ -41,7 +41,10 @@ impl EventId {
         if uuid.get_version_num() != 7 {
             return Err(Error::invalid(
                 field,
-                format!("{uuid} is a UUID v{}, a UUID v7 is required", uuid.get_version_num()),
+                format!(
+                    "{uuid} is a UUID v{}, a UUID v7 is required",
+                    uuid.get_version_num()
+                ),
             ));
         }
         Ok(Self(uuid))

@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Number;
 
-use super::{Account, Amount, Asset, EventId, LedgerCommand, Metadata, NewEvent, PostBody, PostCommand, Posting, RevertCommand, Script};
+use super::{
+    Account, Amount, Asset, EventId, LedgerCommand, Metadata, NewEvent, PostBody, PostCommand,
+    Posting, RevertCommand, Script,
+};
 use crate::error::{Error, Result};
 
 /// One payout as written by hand or by another system.
@@ -52,9 +55,16 @@ impl RawNewEvent {
             .as_deref()
             .map(|id| EventId::parse_field("event_id", id))
             .transpose()?;
-        let given = [self.postings.is_some(), self.script.is_some(), self.revert.is_some()];
+        let given = [
+            self.postings.is_some(),
+            self.script.is_some(),
+            self.revert.is_some(),
+        ];
         if given.iter().filter(|g| **g).count() != 1 {
-            return Err(Error::invalid("postings", "give exactly one of postings, script or revert"));
+            return Err(Error::invalid(
+                "postings",
+                "give exactly one of postings, script or revert",
+            ));
         }
         if self.vars.is_some() && self.script.is_none() {
             return Err(Error::invalid("vars", "vars are only allowed with script"));
@@ -80,7 +90,9 @@ impl RawNewEvent {
                     plain,
                     vars: self.vars.unwrap_or_default(),
                 }),
-                (None, None) => unreachable!("exactly one of postings, script or revert was checked above"),
+                (None, None) => {
+                    unreachable!("exactly one of postings, script or revert was checked above")
+                }
             };
             LedgerCommand::Post(PostCommand {
                 body,
@@ -120,7 +132,8 @@ mod tests {
     use super::*;
 
     fn parse(json: &str) -> Result<NewEvent> {
-        let raw: RawNewEvent = serde_json::from_str(json).map_err(|e| Error::invalid("json", e.to_string()))?;
+        let raw: RawNewEvent =
+            serde_json::from_str(json).map_err(|e| Error::invalid("json", e.to_string()))?;
         raw.into_new_event()
     }
 
@@ -131,8 +144,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(e.account.as_str(), "merchants:4471");
-        let LedgerCommand::Post(post) = e.command else { panic!("not a post") };
-        let PostBody::Postings(p) = post.body else { panic!("not postings") };
+        let LedgerCommand::Post(post) = e.command else {
+            panic!("not a post")
+        };
+        let PostBody::Postings(p) = post.body else {
+            panic!("not postings")
+        };
         assert_eq!(p[0].amount.minor_units(), 48_500_000);
     }
 
@@ -140,16 +157,34 @@ mod tests {
     fn errors_name_the_field() {
         let cases = [
             (r#"{"account":"m 1","postings":[]}"#, "account"),
-            (r#"{"account":"m","postings":[{"source":"world","destination":"m","amount":4850.5,"asset":"USD/2"}]}"#, "postings[0].amount"),
-            (r#"{"account":"m","postings":[{"source":"world","destination":"m","amount":-5,"asset":"USD/2"}]}"#, "postings[0].amount"),
-            (r#"{"account":"m","postings":[{"source":"world","destination":"m:","amount":5,"asset":"USD/2"}]}"#, "postings[0].destination"),
-            (r#"{"account":"m","postings":[{"source":"world","destination":"m","amount":5,"asset":"usd"}]}"#, "postings[0].asset"),
+            (
+                r#"{"account":"m","postings":[{"source":"world","destination":"m","amount":4850.5,"asset":"USD/2"}]}"#,
+                "postings[0].amount",
+            ),
+            (
+                r#"{"account":"m","postings":[{"source":"world","destination":"m","amount":-5,"asset":"USD/2"}]}"#,
+                "postings[0].amount",
+            ),
+            (
+                r#"{"account":"m","postings":[{"source":"world","destination":"m:","amount":5,"asset":"USD/2"}]}"#,
+                "postings[0].destination",
+            ),
+            (
+                r#"{"account":"m","postings":[{"source":"world","destination":"m","amount":5,"asset":"usd"}]}"#,
+                "postings[0].asset",
+            ),
             (r#"{"account":"m","postings":[]}"#, "postings"),
             (r#"{"account":"m"}"#, "postings"),
             (r#"{"account":"m","vars":{"a":"b"},"postings":[]}"#, "vars"),
             (r#"{"account":"m","revert":"nope"}"#, "revert"),
-            (r#"{"account":"m","event_id":"2f1d3c1e-8f53-4a8e-9b59-8d5d4f3b2a10","script":"x"}"#, "event_id"),
-            (r#"{"account":"m","script":"send","metadata":{"outbox_account":"x"}}"#, "metadata.outbox_account"),
+            (
+                r#"{"account":"m","event_id":"2f1d3c1e-8f53-4a8e-9b59-8d5d4f3b2a10","script":"x"}"#,
+                "event_id",
+            ),
+            (
+                r#"{"account":"m","script":"send","metadata":{"outbox_account":"x"}}"#,
+                "metadata.outbox_account",
+            ),
         ];
         for (json, field) in cases {
             let err = parse(json).unwrap_err();

@@ -17,5 +17,7 @@ pub use command::{LedgerCommand, Metadata, PostBody, PostCommand, Posting, Rever
 pub use event::{NewEvent, OutboxEvent};
 pub use event_id::EventId;
 pub use input::{RawNewEvent, RawPosting};
-pub use payload::{OUTBOX_ACCOUNT_KEY, OUTBOX_EVENT_ID_KEY, OUTBOX_SEQUENCE_KEY, Payload, PayloadKind};
+pub use payload::{
+    OUTBOX_ACCOUNT_KEY, OUTBOX_EVENT_ID_KEY, OUTBOX_SEQUENCE_KEY, Payload, PayloadKind,
+};
 pub use position::Position;

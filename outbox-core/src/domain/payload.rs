@@ -19,7 +19,10 @@ pub const OUTBOX_ACCOUNT_KEY: &str = "outbox_account";
 pub const OUTBOX_SEQUENCE_KEY: &str = "outbox_sequence";
 
 pub(crate) fn is_reserved_key(key: &str) -> bool {
-    matches!(key, OUTBOX_EVENT_ID_KEY | OUTBOX_ACCOUNT_KEY | OUTBOX_SEQUENCE_KEY)
+    matches!(
+        key,
+        OUTBOX_EVENT_ID_KEY | OUTBOX_ACCOUNT_KEY | OUTBOX_SEQUENCE_KEY
+    )
 }
 
 /// Which ledger operation a payload asks for.
@@ -52,16 +55,24 @@ struct RevertTarget {
 impl Payload {
     /// Encodes `command` once, at enqueue, adding `outbox_event_id`, `outbox_account`
     /// and `outbox_sequence` to its metadata.
-    pub fn encode(event_id: EventId, account: &Account, sequence: u64, command: &LedgerCommand) -> Result<Self> {
+    pub fn encode(
+        event_id: EventId,
+        account: &Account,
+        sequence: u64,
+        command: &LedgerCommand,
+    ) -> Result<Self> {
         command.validate()?;
         let mut command = command.clone();
         let metadata = command.metadata_mut();
         metadata.insert(OUTBOX_EVENT_ID_KEY.into(), event_id.to_string());
         metadata.insert(OUTBOX_ACCOUNT_KEY.into(), account.to_string());
         metadata.insert(OUTBOX_SEQUENCE_KEY.into(), sequence.to_string());
-        serde_json::to_vec(&command)
-            .map(Self)
-            .map_err(|e| Error::new(ErrorKind::Internal, format!("cannot encode the ledger command: {e}")))
+        serde_json::to_vec(&command).map(Self).map_err(|e| {
+            Error::new(
+                ErrorKind::Internal,
+                format!("cannot encode the ledger command: {e}"),
+            )
+        })
     }
 
     /// Wraps bytes read back from storage.
@@ -80,23 +91,38 @@ impl Payload {
     /// The operation and the exact stored bytes of its body.
     pub fn split(&self) -> Result<(PayloadKind, &[u8])> {
         let envelope: Envelope<'_> = serde_json::from_slice(&self.0).map_err(|e| {
-            Error::new(ErrorKind::Internal, format!("stored outbox payload is not a ledger command: {e}"))
+            Error::new(
+                ErrorKind::Internal,
+                format!("stored outbox payload is not a ledger command: {e}"),
+            )
         })?;
         match envelope {
             Envelope::Post(raw) => Ok((PayloadKind::Post, raw.get().as_bytes())),
             Envelope::Revert(raw) => {
                 let target: RevertTarget = serde_json::from_str(raw.get()).map_err(|e| {
-                    Error::new(ErrorKind::Internal, format!("stored revert payload has no event_id: {e}"))
+                    Error::new(
+                        ErrorKind::Internal,
+                        format!("stored revert payload has no event_id: {e}"),
+                    )
                 })?;
-                Ok((PayloadKind::Revert { target: target.event_id }, raw.get().as_bytes()))
+                Ok((
+                    PayloadKind::Revert {
+                        target: target.event_id,
+                    },
+                    raw.get().as_bytes(),
+                ))
             }
         }
     }
 
     /// Decodes the command, metadata included.
     pub fn command(&self) -> Result<LedgerCommand> {
-        serde_json::from_slice(&self.0)
-            .map_err(|e| Error::new(ErrorKind::Internal, format!("stored outbox payload is not a ledger command: {e}")))
+        serde_json::from_slice(&self.0).map_err(|e| {
+            Error::new(
+                ErrorKind::Internal,
+                format!("stored outbox payload is not a ledger command: {e}"),
+            )
+        })
     }
 }
 
@@ -132,7 +158,9 @@ mod tests {
 
     #[test]
     fn garbage_is_an_internal_error() {
-        let err = Payload::from_stored(b"{\"nope\":1}".to_vec()).split().unwrap_err();
+        let err = Payload::from_stored(b"{\"nope\":1}".to_vec())
+            .split()
+            .unwrap_err();
         assert_eq!(err.kind(), &ErrorKind::Internal);
     }
 }

@@ -28,7 +28,9 @@ impl fmt::Display for Position {
         match self {
             Self::Row(row) => write!(f, "row {row}"),
             Self::Snapshot { txid, row } => write!(f, "txid {txid} row {row}"),
-            Self::Log { lsn, row } => write!(f, "lsn {:X}/{:X} row {row}", lsn >> 32, lsn & 0xFFFF_FFFF),
+            Self::Log { lsn, row } => {
+                write!(f, "lsn {:X}/{:X} row {row}", lsn >> 32, lsn & 0xFFFF_FFFF)
+            }
         }
     }
 }

@@ -107,9 +107,17 @@ impl InboxEngine {
     ///
     /// On error nothing must be committed: the caller rolls back, so no marker, no
     /// impact and no release survives.
-    pub async fn accept<I: Inbox, H: Handler<I>>(&self, inbox: &mut I, message: InboxMessage, handler: &mut H) -> Result<Accepted> {
+    pub async fn accept<I: Inbox, H: Handler<I>>(
+        &self,
+        inbox: &mut I,
+        message: InboxMessage,
+        handler: &mut H,
+    ) -> Result<Accepted> {
         let consumer = self.consumer.as_str();
-        if inbox.is_processed(consumer, &message.instruction_id).await? {
+        if inbox
+            .is_processed(consumer, &message.instruction_id)
+            .await?
+        {
             return Ok(Accepted::Duplicate);
         }
         let last_applied = inbox.last_applied(consumer, &message.account).await?;
@@ -119,7 +127,14 @@ impl InboxEngine {
                 message.instruction_id, message.sequence
             );
             tracing::warn!(consumer, account = %message.account, sequence = message.sequence, "{detail}");
-            inbox.record_exception(&self.exception(ExceptionKind::StaleSequence, &message.account, message.sequence, detail)).await?;
+            inbox
+                .record_exception(&self.exception(
+                    ExceptionKind::StaleSequence,
+                    &message.account,
+                    message.sequence,
+                    detail,
+                ))
+                .await?;
             return Ok(Accepted::Stale { last_applied });
         }
         if message.sequence > last_applied + 1 {
@@ -136,7 +151,12 @@ impl InboxEngine {
         Ok(Accepted::Applied { released })
     }
 
-    async fn apply<I: Inbox, H: Handler<I>>(&self, inbox: &mut I, message: &InboxMessage, handler: &mut H) -> Result<()> {
+    async fn apply<I: Inbox, H: Handler<I>>(
+        &self,
+        inbox: &mut I,
+        message: &InboxMessage,
+        handler: &mut H,
+    ) -> Result<()> {
         // A rejection notice only consumes its sequence: the ledger moved no money.
         if message.kind != MessageKind::Rejected {
             handler.apply(inbox, message).await?;
@@ -144,10 +164,17 @@ impl InboxEngine {
         inbox.mark_applied(&self.consumer, message).await
     }
 
-    async fn hold<I: Inbox>(&self, inbox: &mut I, message: InboxMessage, waiting_for: u64) -> Result<Accepted> {
+    async fn hold<I: Inbox>(
+        &self,
+        inbox: &mut I,
+        message: InboxMessage,
+        waiting_for: u64,
+    ) -> Result<Accepted> {
         match inbox.hold(&self.consumer, &message).await? {
             HoldResult::Held => Ok(Accepted::Held { waiting_for }),
-            HoldResult::Occupied { instruction_id } if instruction_id == message.instruction_id => Ok(Accepted::Duplicate),
+            HoldResult::Occupied { instruction_id } if instruction_id == message.instruction_id => {
+                Ok(Accepted::Duplicate)
+            }
             HoldResult::Occupied { instruction_id } => {
                 let detail = format!(
                     "instructions {instruction_id} and {} both claim sequence {}",
@@ -155,9 +182,16 @@ impl InboxEngine {
                 );
                 tracing::error!(consumer = %self.consumer, account = %message.account, sequence = message.sequence, "{detail}");
                 inbox
-                    .record_exception(&self.exception(ExceptionKind::ConflictingSequence, &message.account, message.sequence, detail))
+                    .record_exception(&self.exception(
+                        ExceptionKind::ConflictingSequence,
+                        &message.account,
+                        message.sequence,
+                        detail,
+                    ))
                     .await?;
-                Ok(Accepted::Conflict { holder: instruction_id })
+                Ok(Accepted::Conflict {
+                    holder: instruction_id,
+                })
             }
         }
     }
@@ -185,7 +219,12 @@ impl InboxEngine {
                 alarm.missing, alarm.age, alarm.held
             );
             let new = inbox
-                .record_exception(&self.exception(ExceptionKind::Gap, &gap.account, alarm.missing, detail))
+                .record_exception(&self.exception(
+                    ExceptionKind::Gap,
+                    &gap.account,
+                    alarm.missing,
+                    detail,
+                ))
                 .await?;
             if new {
                 tracing::error!(consumer = %self.consumer, account = %alarm.account, missing = alarm.missing, held = alarm.held, "inbox gap alarm");
@@ -198,7 +237,13 @@ impl InboxEngine {
         Ok(alarms)
     }
 
-    fn exception(&self, kind: ExceptionKind, account: &Account, sequence: u64, detail: String) -> NewException {
+    fn exception(
+        &self,
+        kind: ExceptionKind,
+        account: &Account,
+        sequence: u64,
+        detail: String,
+    ) -> NewException {
         NewException {
             source: self.consumer.clone(),
             kind,

@@ -54,7 +54,9 @@ pub struct InboxMessage {
 pub enum HoldResult {
     Held,
     /// The slot is taken by `instruction_id` (the same message again, or a conflicting one).
-    Occupied { instruction_id: String },
+    Occupied {
+        instruction_id: String,
+    },
 }
 
 /// The oldest held message of one account: the gap sits right before it.
@@ -88,7 +90,12 @@ pub trait Inbox {
     async fn last_applied(&mut self, consumer: &str, account: &Account) -> Result<u64>;
     async fn mark_applied(&mut self, consumer: &str, message: &InboxMessage) -> Result<()>;
     async fn hold(&mut self, consumer: &str, message: &InboxMessage) -> Result<HoldResult>;
-    async fn take_held(&mut self, consumer: &str, account: &Account, sequence: u64) -> Result<Option<InboxMessage>>;
+    async fn take_held(
+        &mut self,
+        consumer: &str,
+        account: &Account,
+        sequence: u64,
+    ) -> Result<Option<InboxMessage>>;
     async fn record_exception(&mut self, exception: &NewException) -> Result<bool>;
     /// For each account with held messages: its high-water mark and lowest held message.
     async fn held_gaps(&mut self, consumer: &str) -> Result<Vec<HeldGap>>;

@@ -1,0 +1,90 @@
+//! `DispatchConfig`: how the relay dispatcher batches, parallelises and retries.
+
+use std::time::Duration;
+
+/// Exponential backoff with full jitter: the n-th retry waits a uniformly random
+/// time in `[0, min(max, initial · 2^n)]`, or the ledger's `Retry-After` when longer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub max: Duration,
+}
+
+impl Backoff {
+    /// The delay before retry number `failures` (1 for the first retry).
+    pub fn delay(&self, failures: u32, retry_after: Option<Duration>) -> Duration {
+        let exp = failures.saturating_sub(1).min(20);
+        let ceiling = self.initial.saturating_mul(1 << exp).min(self.max);
+        let jittered = ceiling.mul_f64(fastrand::f64());
+        match retry_after {
+            Some(after) if after > jittered => after.min(self.max.max(after)),
+            _ => jittered,
+        }
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Dispatcher settings.
+///
+/// | field | default | meaning |
+/// | --- | --- | --- |
+/// | `batch_size` | 500 | events read from the relay at a time |
+/// | `bulk` | true | post heads of many accounts in one `_bulk` call |
+/// | `max_bulk` | 100 | elements per bulk call (capped by the ledger's own limit) |
+/// | `parallel_requests` | 8 | ledger requests in flight at once (accounts run in parallel) |
+/// | `poll_interval` | 1 s | longest idle wait when no wake-up arrives |
+/// | `backoff` | 100 ms … 10 s | retry delay for transient failures, full jitter |
+/// | `max_attempts` | none | give up on an event after this many transient failures (drain mode) |
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DispatchConfig {
+    pub batch_size: usize,
+    pub bulk: bool,
+    pub max_bulk: usize,
+    pub parallel_requests: usize,
+    pub poll_interval: Duration,
+    pub backoff: Backoff,
+    pub max_attempts: Option<u32>,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        Self {
+            batch_size: 500,
+            bulk: true,
+            max_bulk: 100,
+            parallel_requests: 8,
+            poll_interval: Duration::from_secs(1),
+            backoff: Backoff::default(),
+            max_attempts: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_capped_and_honours_retry_after() {
+        let b = Backoff {
+            initial: Duration::from_millis(10),
+            max: Duration::from_millis(80),
+        };
+        for failures in 1..30 {
+            assert!(b.delay(failures, None) <= Duration::from_millis(80));
+        }
+        assert!(b.delay(1, None) <= Duration::from_millis(10));
+        assert_eq!(
+            b.delay(1, Some(Duration::from_secs(2))),
+            Duration::from_secs(2)
+        );
+    }
+}

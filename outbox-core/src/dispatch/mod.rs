@@ -1,0 +1,379 @@
+//! The relay dispatcher: reads a `Relay`, posts to a `Ledger`, records outcomes, moves
+//! the cursor. Per-account order, accounts in parallel, retries that park only the
+//! failing account, and an exact replay check for the events a crash left uncertain.
+
+mod config;
+mod queues;
+mod send;
+mod summary;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use tokio::sync::watch;
+
+pub use config::{Backoff, DispatchConfig};
+pub use summary::Summary;
+
+use self::queues::{Pending, Queues};
+use crate::domain::{
+    Metadata, OUTBOX_ACCOUNT_KEY, OUTBOX_EVENT_ID_KEY, OUTBOX_SEQUENCE_KEY, OutboxEvent, Position,
+};
+use crate::error::{Error, ErrorKind, Result};
+use crate::exception::{ExceptionKind, NewException};
+use crate::ledger::{Ledger, PostOutcome};
+use crate::relay::Relay;
+use crate::store::{DeliveryOutcome, DeliveryRecord, Store};
+
+/// Retries a storage call on transient errors (lock contention) a bounded number of
+/// times: an outcome the ledger already gave must be recorded, not lost. A macro so
+/// the call may borrow `self` mutably on each try.
+macro_rules! retry_transient {
+    ($call:expr) => {{
+        let backoff = Backoff {
+            initial: Duration::from_millis(20),
+            max: Duration::from_secs(2),
+        };
+        let mut failures = 0;
+        loop {
+            match $call.await {
+                Err(e) if e.is_transient() && failures < 20 => {
+                    failures += 1;
+                    tokio::time::sleep(backoff.delay(failures, None)).await;
+                }
+                other => break other,
+            }
+        }
+    }};
+}
+
+/// Metadata key of a rejection notice: the ledger's error code.
+pub const OUTBOX_REJECTED_CODE_KEY: &str = "outbox_rejected_code";
+
+/// Whether [`Dispatcher::run`] keeps waiting for new events or stops when drained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunMode {
+    /// Run until shutdown is signalled.
+    Daemon,
+    /// Stop once every committed event has a terminal outcome (or its account is stopped).
+    Drain,
+}
+
+/// Posts outbox events to the ledger. See the module docs.
+pub struct Dispatcher {
+    store: Arc<dyn Store>,
+    relay: Box<dyn Relay>,
+    ledger: Arc<dyn Ledger>,
+    config: DispatchConfig,
+    queues: Queues,
+    /// Durable high-water mark of positions read for sending; events up to it that have
+    /// no terminal record may have reached the ledger before a crash.
+    attempted: Option<Position>,
+    uncertain_through: Option<Position>,
+    drained: bool,
+    summary: Summary,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("relay", &self.relay.name())
+            .field("config", &self.config)
+            .field("summary", &self.summary)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dispatcher {
+    /// Prepares a run; loads the uncertain window left by an earlier run.
+    pub async fn open(
+        store: Arc<dyn Store>,
+        relay: Box<dyn Relay>,
+        ledger: Arc<dyn Ledger>,
+        config: DispatchConfig,
+    ) -> Result<Self> {
+        let attempted = store.load_cursor(&attempted_key(relay.name())).await?;
+        Ok(Self {
+            store,
+            relay,
+            ledger,
+            config,
+            queues: Queues::default(),
+            attempted,
+            uncertain_through: attempted,
+            drained: false,
+            summary: Summary::default(),
+        })
+    }
+
+    /// Runs until drained (`RunMode::Drain`) or until `shutdown` turns true. A shutdown
+    /// lets the round in flight finish and be recorded; nothing is cut off mid-post.
+    pub async fn run(
+        mut self,
+        mode: RunMode,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<Summary> {
+        loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            self.refill().await?;
+            let heads = self.queues.ready_heads(Instant::now());
+            if heads.is_empty() {
+                if mode == RunMode::Drain && self.drained && self.queues.only_stopped_left() {
+                    break;
+                }
+                let unpark = self.queues.next_unpark();
+                let interval = self.config.poll_interval;
+                tokio::select! {
+                    _ = shutdown.changed() => {}
+                    () = wait(self.relay.as_mut(), interval, unpark, self.drained) => {}
+                }
+                continue;
+            }
+            let outcomes = send::send_round(self.ledger.as_ref(), heads, &self.config).await;
+            self.apply(outcomes).await?;
+            if let Some(position) = self.queues.advance_frontier() {
+                retry_transient!(self.relay.acknowledge(position))?;
+            }
+        }
+        self.summary.stopped = self.queues.stopped_accounts();
+        Ok(self.summary)
+    }
+
+    /// Reads more events when the active queue runs low.
+    async fn refill(&mut self) -> Result<()> {
+        if self.queues.active() >= self.config.batch_size {
+            return Ok(());
+        }
+        let batch = retry_transient!(self.relay.next_batch(self.config.batch_size))?;
+        self.drained = batch.is_empty();
+        let Some(last) = batch.last().map(|e| e.position) else {
+            return Ok(());
+        };
+        for event in batch {
+            self.admit(event).await?;
+        }
+        // Record the read horizon before anything of this batch is sent.
+        if self.attempted.is_none_or(|a| a < last) {
+            let key = attempted_key(self.relay.name());
+            retry_transient!(self.store.save_cursor(&key, last))?;
+            self.attempted = Some(last);
+        }
+        Ok(())
+    }
+
+    async fn admit(&mut self, event: OutboxEvent) -> Result<()> {
+        let uncertain = self.uncertain_through.is_some_and(|u| event.position <= u);
+        let mut attempts = 0;
+        if uncertain {
+            let records = retry_transient!(self.store.deliveries(event.event_id))?;
+            if records.iter().any(|r| r.outcome.is_terminal()) {
+                self.summary.already_done += 1;
+                self.queues.push_done(&event);
+                return Ok(());
+            }
+            attempts = u32::try_from(records.len()).unwrap_or(u32::MAX);
+        }
+        self.queues.push(Pending {
+            event,
+            attempts,
+            failures: 0,
+            uncertain,
+        });
+        Ok(())
+    }
+
+    /// Records a round's answers: delivery rows first, then exceptions; moves heads.
+    async fn apply(&mut self, outcomes: Vec<(Pending, Result<PostOutcome>)>) -> Result<()> {
+        let mut records = Vec::with_capacity(outcomes.len());
+        let mut exceptions = Vec::new();
+        for (head, outcome) in outcomes {
+            let account = head.event.account.clone();
+            let outcome = match outcome {
+                Ok(PostOutcome::Rejected { code, message }) => {
+                    notify_rejection(self.ledger.as_ref(), &head.event, &code, &message)
+                        .await
+                        .map(|()| PostOutcome::Rejected { code, message })
+                }
+                other => other,
+            };
+            let attempt = head.attempts + 1;
+            match outcome {
+                Ok(PostOutcome::Accepted { transaction_id }) => {
+                    self.summary.accepted += 1;
+                    records.push(record(
+                        &head.event,
+                        attempt,
+                        DeliveryOutcome::Accepted,
+                        Some(transaction_id),
+                        None,
+                        None,
+                    ));
+                    self.queues.complete_head(&account);
+                }
+                Ok(PostOutcome::Replayed { transaction_id }) => {
+                    tracing::info!(event_id = %head.event.event_id, account = %account, transaction_id, "ledger replayed the original transaction (Idempotency-Hit)");
+                    self.summary.replayed += 1;
+                    records.push(record(
+                        &head.event,
+                        attempt,
+                        DeliveryOutcome::Replayed,
+                        Some(transaction_id),
+                        None,
+                        None,
+                    ));
+                    self.queues.complete_head(&account);
+                }
+                Ok(PostOutcome::Rejected { code, message }) => {
+                    tracing::warn!(event_id = %head.event.event_id, account = %account, sequence = head.event.sequence, code, "ledger rejected the event");
+                    self.summary.rejected += 1;
+                    records.push(record(
+                        &head.event,
+                        attempt,
+                        DeliveryOutcome::Rejected,
+                        None,
+                        Some(code.clone()),
+                        Some(message),
+                    ));
+                    exceptions.push(exception(&head.event, ExceptionKind::Rejected, code));
+                    self.queues.complete_head(&account);
+                }
+                Err(err) => {
+                    let code = error_code(&err);
+                    records.push(record(
+                        &head.event,
+                        attempt,
+                        DeliveryOutcome::Failed,
+                        None,
+                        Some(code.clone()),
+                        Some(err.to_string()),
+                    ));
+                    if let Some(kind) = self.fail(&head, &err) {
+                        exceptions.push(exception(&head.event, kind, format!("{code}: {err}")));
+                    }
+                }
+            }
+        }
+        retry_transient!(self.store.append_deliveries(&records))?;
+        for exception in &exceptions {
+            retry_transient!(self.store.raise_exception(exception))?;
+        }
+        Ok(())
+    }
+
+    /// Parks or stops the account of a failed head; returns the exception to raise, if any.
+    fn fail(&mut self, head: &Pending, err: &Error) -> Option<ExceptionKind> {
+        let account = &head.event.account;
+        let (event_id, sequence) = (head.event.event_id, head.event.sequence);
+        if err.kind() == &ErrorKind::IdempotencyMismatch {
+            tracing::error!(%event_id, %account, sequence, error = %err, "idempotency key reused with a different body: account stopped");
+            self.queues.count_attempt(account);
+            self.queues.stop(account);
+            return Some(ExceptionKind::IdempotencyMismatch);
+        }
+        let exhausted = self
+            .config
+            .max_attempts
+            .is_some_and(|max| head.failures + 1 >= max);
+        if err.is_transient() && !exhausted {
+            let retry_after = match err.retry() {
+                crate::Retry::Transient { after } => after,
+                _ => None,
+            };
+            let delay = self.config.backoff.delay(head.failures + 1, retry_after);
+            tracing::debug!(%event_id, %account, ?delay, error = %err, "transient failure: account parked");
+            self.summary.retried += 1;
+            self.queues.park(account, Instant::now() + delay);
+            return None;
+        }
+        tracing::error!(%event_id, %account, sequence, error = %err, "permanent failure: account stopped");
+        self.queues.count_attempt(account);
+        self.queues.stop(account);
+        Some(ExceptionKind::Stopped)
+    }
+}
+
+/// Makes a refusal visible on Hop 2 through the ledger itself: an account-metadata
+/// write (key derived from the event id) that the ledger emits as SAVED_METADATA.
+async fn notify_rejection(
+    ledger: &dyn Ledger,
+    event: &OutboxEvent,
+    code: &str,
+    message: &str,
+) -> Result<()> {
+    let metadata = Metadata::from([
+        (OUTBOX_EVENT_ID_KEY.to_owned(), event.event_id.to_string()),
+        (OUTBOX_ACCOUNT_KEY.to_owned(), event.account.to_string()),
+        (OUTBOX_SEQUENCE_KEY.to_owned(), event.sequence.to_string()),
+        (OUTBOX_REJECTED_CODE_KEY.to_owned(), code.to_owned()),
+    ]);
+    let key = format!("{}:rejected", event.event_id);
+    ledger
+        .save_account_metadata(&key, &event.account, &metadata)
+        .await
+        .map_err(|e| e.with("rejection", format!("{code}: {message}")))
+}
+
+fn attempted_key(relay: &str) -> String {
+    format!("{relay}@attempted")
+}
+
+fn record(
+    event: &OutboxEvent,
+    attempt: u32,
+    outcome: DeliveryOutcome,
+    ledger_tx_id: Option<u64>,
+    error_code: Option<String>,
+    detail: Option<String>,
+) -> DeliveryRecord {
+    DeliveryRecord {
+        event_id: event.event_id,
+        attempt,
+        outcome,
+        ledger_tx_id,
+        error_code,
+        detail,
+        at: Utc::now(),
+    }
+}
+
+fn exception(event: &OutboxEvent, kind: ExceptionKind, detail: String) -> NewException {
+    NewException {
+        source: "relay".to_owned(),
+        kind,
+        account: event.account.clone(),
+        sequence: event.sequence,
+        detail,
+    }
+}
+
+/// The ledger's error code when the adapter kept one, else a code for the error kind.
+fn error_code(err: &Error) -> String {
+    if let Some(code) = err.context("error_code") {
+        return code.to_owned();
+    }
+    match err.kind() {
+        ErrorKind::IdempotencyMismatch => "IDEMPOTENCY_MISMATCH".to_owned(),
+        ErrorKind::Transport => "TRANSPORT".to_owned(),
+        other => format!("{other:?}").to_uppercase(),
+    }
+}
+
+/// Waits for new events, a parked account's retry time, or the poll interval.
+async fn wait(relay: &mut dyn Relay, interval: Duration, unpark: Option<Instant>, drained: bool) {
+    match unpark {
+        Some(at) if !drained => tokio::time::sleep_until(at.into()).await,
+        Some(at) => {
+            tokio::select! {
+                () = tokio::time::sleep_until(at.into()) => {}
+                () = relay.wait(interval) => {}
+            }
+        }
+        None => relay.wait(interval).await,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,26 @@
+//! `Summary`: what a dispatcher run did, for logs, the CLI and tests.
+
+use crate::domain::Account;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// New ledger transactions.
+    pub accepted: u64,
+    /// Idempotency-Hit replays: the ledger already had them.
+    pub replayed: u64,
+    /// Permanent business refusals (each has an exception and a Hop 2 notice).
+    pub rejected: u64,
+    /// Transient failures that were retried.
+    pub retried: u64,
+    /// Events found terminal in the delivery records after a restart, not re-sent.
+    pub already_done: u64,
+    /// Accounts stopped by a permanent error; their events wait for an operator.
+    pub stopped: Vec<Account>,
+}
+
+impl Summary {
+    /// Events that reached a terminal outcome in this run.
+    pub fn terminal(&self) -> u64 {
+        self.accepted + self.replayed + self.rejected
+    }
+}
