@@ -5,7 +5,11 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "outbox", version, about = "Move payout instructions into the ledger exactly once, in per-account order")]
+#[command(
+    name = "outbox",
+    version,
+    about = "Move payout instructions into the ledger exactly once, in per-account order"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -31,4 +35,53 @@ pub enum Command {
         #[arg(long)]
         file: PathBuf,
     },
+    /// Post committed outbox events to the ledger, in per-account order.
+    Relay(RelayArgs),
+    /// Run the end-to-end demo on SQLite and the local dev ledger.
+    #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
+    Demo(crate::demo::DemoArgs),
+    /// Run the local Formance-v2-compatible dev ledger.
+    #[cfg(feature = "dev-ledger")]
+    DevLedger(outbox_ledger_dev::DevLedgerArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RelayArgs {
+    #[arg(long, env = "OUTBOX_DATABASE")]
+    pub database: String,
+    /// Formance API root without /v2, e.g. http://127.0.0.1:3068
+    #[arg(long, env = "OUTBOX_LEDGER_URL")]
+    pub ledger_url: String,
+    #[arg(long, env = "OUTBOX_LEDGER_NAME")]
+    pub ledger_name: String,
+    /// Bearer token for the ledger API, if it needs one.
+    #[arg(long, env = "OUTBOX_LEDGER_TOKEN", hide_env_values = true)]
+    pub ledger_token: Option<String>,
+    /// Create the ledger if it does not exist.
+    #[arg(long)]
+    pub create_ledger: bool,
+    /// Drain what is committed, then exit (instead of running as a daemon).
+    #[arg(long)]
+    pub once: bool,
+    /// Name of this relay; its cursor is kept under this name.
+    #[arg(long, default_value = "relay")]
+    pub name: String,
+    /// Events read per batch.
+    #[arg(long, default_value_t = 500)]
+    pub batch_size: usize,
+    /// Post one event per request instead of bulk.
+    #[arg(long)]
+    pub no_bulk: bool,
+    /// Ledger requests in flight at once.
+    #[arg(long, default_value_t = 8)]
+    pub parallel: usize,
+    /// Longest idle wait between polls, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub poll_interval_ms: u64,
+    /// Ledger request timeout, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    pub request_timeout_ms: u64,
+    /// Give up on an event after this many transient failures (default: 30 with --once, never otherwise).
+    #[arg(long)]
+    pub max_attempts: Option<u32>,
 }

@@ -1,17 +1,15 @@
 //! `outbox`: the ledger-outbox command-line binary. Parses arguments, builds the
 //! adapters through `wiring`, runs one command.
 
-mod cli;
-mod commands;
-mod wiring;
-
 use clap::Parser;
+use outbox_bins::{cli, commands};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("OUTBOX_LOG").unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("OUTBOX_LOG")
+                .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();

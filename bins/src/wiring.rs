@@ -1,7 +1,9 @@
 //! All adapter selection by Cargo feature lives here: one arm per adapter, and a
 //! clear error naming the feature when a URL asks for one that was not compiled in.
 
-use outbox_core::{Error, ErrorKind, NewEvent, OutboxEvent, Result};
+use std::sync::Arc;
+
+use outbox_core::{Error, ErrorKind, NewEvent, OutboxEvent, Relay, Result, Store};
 
 /// The outbox database named by a URL.
 #[derive(Debug, Clone)]
@@ -40,7 +42,21 @@ impl Database {
     pub async fn migrate(&self) -> Result<()> {
         match self {
             #[cfg(feature = "sqlite")]
-            Self::Sqlite(config) => outbox_store_sqlite::SqliteStore::open(config.clone()).await.map(drop),
+            Self::Sqlite(config) => outbox_store_sqlite::SqliteStore::open(config.clone())
+                .await
+                .map(drop),
+        }
+    }
+
+    /// The store and its default polling relay named `relay`.
+    pub async fn store_and_relay(&self, relay: &str) -> Result<(Arc<dyn Store>, Box<dyn Relay>)> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(config) => {
+                let store = outbox_store_sqlite::SqliteStore::open(config.clone()).await?;
+                let relay = store.polling_relay(relay).await?;
+                Ok((Arc::new(store), Box::new(relay)))
+            }
         }
     }
 
@@ -60,7 +76,10 @@ impl Database {
 }
 
 #[cfg(feature = "sqlite")]
-fn sqlite_enqueue_all(config: &outbox_store_sqlite::SqliteConfig, events: &[NewEvent]) -> Result<Vec<OutboxEvent>> {
+fn sqlite_enqueue_all(
+    config: &outbox_store_sqlite::SqliteConfig,
+    events: &[NewEvent],
+) -> Result<Vec<OutboxEvent>> {
     use outbox_store_sqlite::{connect, enqueue, map_error, migrate};
     let mut conn = connect(config)?;
     migrate(&mut conn)?;

@@ -6,7 +6,10 @@ use std::process::{Command, Output};
 use rusqlite::Connection;
 
 fn outbox(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_outbox")).args(args).output().expect("run outbox")
+    Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .args(args)
+        .output()
+        .expect("run outbox")
 }
 
 fn payout_line(merchant: u32, amount: &str) -> String {
@@ -23,7 +26,10 @@ fn uuid_like() -> u128 {
 }
 
 fn count(db: &Path, sql: &str) -> i64 {
-    Connection::open(db).unwrap().query_row(sql, [], |r| r.get(0)).unwrap()
+    Connection::open(db)
+        .unwrap()
+        .query_row(sql, [], |r| r.get(0))
+        .unwrap()
 }
 
 #[test]
@@ -32,17 +38,39 @@ fn migrate_then_enqueue_a_file() {
     let db = dir.path().join("outbox.db");
     let url = format!("sqlite://{}", db.display());
     let out = outbox(&["migrate", "--database", &url]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(count(&db, "SELECT count(*) FROM outbox_events"), 0);
 
     let file = dir.path().join("payouts.jsonl");
-    let lines: Vec<String> = (0..6).map(|i| payout_line(4471 + i % 2, "48500000")).collect();
+    let lines: Vec<String> = (0..6)
+        .map(|i| payout_line(4471 + i % 2, "48500000"))
+        .collect();
     std::fs::write(&file, lines.join("\n") + "\n\n").unwrap();
-    let out = outbox(&["enqueue", "--database", &url, "--file", file.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = outbox(&[
+        "enqueue",
+        "--database",
+        &url,
+        "--file",
+        file.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("enqueued 6 events for 2 accounts"));
     assert_eq!(count(&db, "SELECT count(*) FROM outbox_events"), 6);
-    assert_eq!(count(&db, "SELECT max(sequence) FROM outbox_events WHERE account = 'merchants:4471'"), 3);
+    assert_eq!(
+        count(
+            &db,
+            "SELECT max(sequence) FROM outbox_events WHERE account = 'merchants:4471'"
+        ),
+        3
+    );
 }
 
 #[test]
@@ -51,12 +79,25 @@ fn a_bad_line_is_named_and_nothing_is_committed() {
     let db = dir.path().join("outbox.db");
     let url = format!("sqlite://{}", db.display());
     let file = dir.path().join("payouts.jsonl");
-    let lines = [payout_line(1, "100"), payout_line(1, "200"), payout_line(1, "4850.5")];
+    let lines = [
+        payout_line(1, "100"),
+        payout_line(1, "200"),
+        payout_line(1, "4850.5"),
+    ];
     std::fs::write(&file, lines.join("\n")).unwrap();
-    let out = outbox(&["enqueue", "--database", &url, "--file", file.to_str().unwrap()]);
+    let out = outbox(&[
+        "enqueue",
+        "--database",
+        &url,
+        "--file",
+        file.to_str().unwrap(),
+    ]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("invalid postings[0].amount") && stderr.contains("[line=3]"), "{stderr}");
+    assert!(
+        stderr.contains("invalid postings[0].amount") && stderr.contains("[line=3]"),
+        "{stderr}"
+    );
     assert!(!db.exists() || count(&db, "SELECT count(*) FROM outbox_events") == 0);
 }
 
@@ -68,13 +109,28 @@ fn a_duplicate_event_id_rolls_back_the_whole_file() {
     let file = dir.path().join("payouts.jsonl");
     let id = "0190f2a0-7b1c-7cc2-8a4e-3f1d2c3b4a59";
     let with_id = |amount: u32| {
-        format!(r#"{{"account":"merchants:1","event_id":"{id}","postings":[{{"source":"world","destination":"merchants:1","amount":{amount},"asset":"USD/2"}}]}}"#)
+        format!(
+            r#"{{"account":"merchants:1","event_id":"{id}","postings":[{{"source":"world","destination":"merchants:1","amount":{amount},"asset":"USD/2"}}]}}"#
+        )
     };
-    std::fs::write(&file, [payout_line(1, "5"), with_id(1), with_id(2)].join("\n")).unwrap();
-    let out = outbox(&["enqueue", "--database", &url, "--file", file.to_str().unwrap()]);
+    std::fs::write(
+        &file,
+        [payout_line(1, "5"), with_id(1), with_id(2)].join("\n"),
+    )
+    .unwrap();
+    let out = outbox(&[
+        "enqueue",
+        "--database",
+        &url,
+        "--file",
+        file.to_str().unwrap(),
+    ]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("invalid event_id") && stderr.contains("[line=3]"), "{stderr}");
+    assert!(
+        stderr.contains("invalid event_id") && stderr.contains("[line=3]"),
+        "{stderr}"
+    );
     assert_eq!(count(&db, "SELECT count(*) FROM outbox_events"), 0);
 }
 
@@ -101,7 +157,9 @@ fn several_processes_write_one_file_without_gaps() {
         // Each process commits its own file in chunks, so the writers interleave.
         for chunk in 0..5 {
             let file = dir.path().join(format!("p{p}-{chunk}.jsonl"));
-            let lines: Vec<String> = (0..LINES / 5).map(|i| payout_line(i % 10, &(1 + p * 1000 + i).to_string())).collect();
+            let lines: Vec<String> = (0..LINES / 5)
+                .map(|i| payout_line(i % 10, &(1 + p * 1000 + i).to_string()))
+                .collect();
             std::fs::write(&file, lines.join("\n")).unwrap();
         }
         let url = url.clone();
@@ -111,7 +169,13 @@ fn several_processes_write_one_file_without_gaps() {
                 .map(|chunk| {
                     let file = dir.join(format!("p{p}-{chunk}.jsonl"));
                     Command::new(env!("CARGO_BIN_EXE_outbox"))
-                        .args(["enqueue", "--database", &url, "--file", file.to_str().unwrap()])
+                        .args([
+                            "enqueue",
+                            "--database",
+                            &url,
+                            "--file",
+                            file.to_str().unwrap(),
+                        ])
                         .output()
                         .expect("run outbox")
                 })
@@ -120,10 +184,17 @@ fn several_processes_write_one_file_without_gaps() {
     }
     for child in children {
         for out in child.join().unwrap() {
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
     }
-    assert_eq!(count(&db, "SELECT count(*) FROM outbox_events"), i64::from(PROCESSES * LINES));
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM outbox_events"),
+        i64::from(PROCESSES * LINES)
+    );
     let conn = Connection::open(&db).unwrap();
     let mut stmt = conn.prepare("SELECT account, count(*), max(sequence), min(sequence) FROM outbox_events GROUP BY account").unwrap();
     let rows: Vec<(String, i64, i64, i64)> = stmt

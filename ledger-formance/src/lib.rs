@@ -1,1 +1,21 @@
+#![doc = include_str!("../README.md")]
 
+mod auth;
+mod bulk;
+mod client;
+mod config;
+mod error;
+mod webhook;
+mod wire;
+
+pub use client::{FormanceLedger, IDEMPOTENCY_HIT_HEADER, IDEMPOTENCY_KEY_HEADER};
+pub use config::{
+    AuthConfig, DEFAULT_BULK_MAX_SIZE, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_REFRESH_MARGIN_MS,
+    DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_WEBHOOK_TOLERANCE_SECS, FormanceConfig, OAuth2Config,
+    Secret, WebhookConfig,
+};
+pub use webhook::{
+    DEFAULT_TOLERANCE, VerifiedWebhook, WEBHOOK_ID_HEADER, WEBHOOK_SIGNATURE_HEADER,
+    WEBHOOK_TIMESTAMP_HEADER, WebhookHeaders, WebhookVerifier, sign,
+};
+pub use wire::{LedgerAccount, Volume};

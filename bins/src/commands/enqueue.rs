@@ -17,7 +17,10 @@ pub async fn run(database: &str, file: &Path) -> Result<()> {
     let text = read(file)?;
     let (events, lines) = parse(&text)?;
     if events.is_empty() {
-        return Err(Error::invalid("file", format!("{} holds no payouts", file.display())));
+        return Err(Error::invalid(
+            "file",
+            format!("{} holds no payouts", file.display()),
+        ));
     }
     let mut attempt = 0;
     let stored = loop {
@@ -28,7 +31,10 @@ pub async fn run(database: &str, file: &Path) -> Result<()> {
                 tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
             }
             Err(e) => {
-                let line = e.context("index").and_then(|i| i.parse::<usize>().ok()).map(|i| lines[i]);
+                let line = e
+                    .context("index")
+                    .and_then(|i| i.parse::<usize>().ok())
+                    .map(|i| lines[i]);
                 return Err(match line {
                     Some(line) => e.with("line", line),
                     None => e,
@@ -55,7 +61,13 @@ fn read(file: &Path) -> Result<String> {
     } else {
         std::fs::read_to_string(file).map(|t| text = t)
     };
-    outcome.map_err(|e| Error::new(ErrorKind::Config, format!("cannot read {}: {e}", file.display())).with("field", "file"))?;
+    outcome.map_err(|e| {
+        Error::new(
+            ErrorKind::Config,
+            format!("cannot read {}: {e}", file.display()),
+        )
+        .with("field", "file")
+    })?;
     Ok(text)
 }
 

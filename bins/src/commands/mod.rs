@@ -1,6 +1,7 @@
 //! One file per `outbox` command.
 
 mod enqueue;
+mod relay;
 
 use crate::cli::Command;
 use crate::wiring;
@@ -13,5 +14,10 @@ pub async fn run(command: Command) -> outbox_core::Result<()> {
             Ok(())
         }
         Command::Enqueue { database, file } => enqueue::run(&database, &file).await,
+        Command::Relay(args) => relay::run(args).await,
+        #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
+        Command::Demo(args) => crate::demo::run(args).await,
+        #[cfg(feature = "dev-ledger")]
+        Command::DevLedger(args) => outbox_ledger_dev::run_cli(args).await,
     }
 }

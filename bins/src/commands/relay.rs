@@ -1,0 +1,90 @@
+//! `outbox relay`: the Hop 1 daemon, or `--once` to drain and exit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::{Backoff, DispatchConfig, Dispatcher, Result, RunMode, Summary};
+use outbox_ledger_formance::{AuthConfig, FormanceConfig, FormanceLedger, Secret};
+use tokio::sync::watch;
+
+use crate::cli::RelayArgs;
+use crate::wiring;
+
+pub async fn run(args: RelayArgs) -> Result<()> {
+    let summary = relay(&args).await?;
+    println!(
+        "relay {}: accepted {}, replayed {}, rejected {}, retried {}, already done {}, stopped accounts {}",
+        args.name,
+        summary.accepted,
+        summary.replayed,
+        summary.rejected,
+        summary.retried,
+        summary.already_done,
+        summary.stopped.len()
+    );
+    if !summary.stopped.is_empty() {
+        let names: Vec<_> = summary.stopped.iter().map(ToString::to_string).collect();
+        eprintln!(
+            "stopped accounts (see the exceptions table): {}",
+            names.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Runs the dispatcher with the wiring the arguments name.
+pub async fn relay(args: &RelayArgs) -> Result<Summary> {
+    let (store, relay) = wiring::database(&args.database)?
+        .store_and_relay(&args.name)
+        .await?;
+    let mut ledger_config = FormanceConfig::new(&args.ledger_url, &args.ledger_name);
+    ledger_config.request_timeout_ms = args.request_timeout_ms;
+    ledger_config.create_ledger_if_missing = args.create_ledger;
+    if let Some(token) = &args.ledger_token {
+        ledger_config.auth = AuthConfig::Bearer {
+            token: Secret::new(token.clone()),
+        };
+    }
+    let ledger = FormanceLedger::connect(&ledger_config).await?;
+    let config = DispatchConfig {
+        batch_size: args.batch_size,
+        bulk: !args.no_bulk,
+        parallel_requests: args.parallel,
+        poll_interval: Duration::from_millis(args.poll_interval_ms),
+        backoff: Backoff::default(),
+        max_attempts: args.max_attempts.or(args.once.then_some(30)),
+        ..DispatchConfig::default()
+    };
+    let dispatcher = Dispatcher::open(store, relay, Arc::new(ledger), config).await?;
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutdown requested: finishing the posts in flight");
+        let _ = stop.send(true);
+    });
+    let mode = if args.once {
+        RunMode::Drain
+    } else {
+        RunMode::Daemon
+    };
+    dispatcher.run(mode, stopped).await
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

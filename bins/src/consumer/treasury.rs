@@ -1,0 +1,199 @@
+//! `TreasuryConsumer`: a `MessageSink` that keeps per-account, per-asset balances
+//! from the postings of the ledger transactions it receives.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_core::{
+    Accepted, Error, ErrorKind, GapAlarm, InboxEngine, InboxMessage, MessageKind, Result,
+};
+use outbox_store_sqlite::{SqliteConfig, SqliteInbox, SqliteStore, connect, map_error};
+use outbox_transport_http::MessageSink;
+use rusqlite::{Connection, TransactionBehavior};
+use serde::Deserialize;
+
+/// Counters of what the inbox did, for progress lines and the demo summary.
+#[derive(Debug, Default)]
+pub struct ConsumerStats {
+    pub applied: AtomicU64,
+    pub duplicates: AtomicU64,
+    pub held: AtomicU64,
+    pub released: AtomicU64,
+    pub stale: AtomicU64,
+    pub conflicts: AtomicU64,
+}
+
+impl ConsumerStats {
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+/// Applies ledger transactions to `treasury_balances` through an inbox.
+#[derive(Debug, Clone)]
+pub struct TreasuryConsumer {
+    config: SqliteConfig,
+    engine: InboxEngine,
+    stats: Arc<ConsumerStats>,
+}
+
+#[derive(Deserialize)]
+struct LedgerTransaction {
+    #[serde(default)]
+    postings: Vec<LedgerPosting>,
+}
+
+#[derive(Deserialize)]
+struct LedgerPosting {
+    source: String,
+    destination: String,
+    amount: serde_json::Number,
+    asset: String,
+}
+
+impl TreasuryConsumer {
+    /// Opens (and migrates) the consumer database.
+    pub async fn open(
+        config: SqliteConfig,
+        consumer: &str,
+        gap_alarm_after: Duration,
+    ) -> Result<Self> {
+        drop(SqliteStore::open(config.clone()).await?);
+        connect(&config)?
+            .execute_batch(
+                "CREATE TABLE IF NOT EXISTS treasury_balances (
+                     account TEXT NOT NULL, asset TEXT NOT NULL, balance INTEGER NOT NULL,
+                     PRIMARY KEY (account, asset)) WITHOUT ROWID",
+            )
+            .map_err(map_error)?;
+        Ok(Self {
+            config,
+            engine: InboxEngine::new(consumer).gap_alarm_after(gap_alarm_after),
+            stats: Arc::new(ConsumerStats::default()),
+        })
+    }
+
+    pub fn stats(&self) -> &ConsumerStats {
+        &self.stats
+    }
+
+    /// Applies one message in its own transaction.
+    pub fn apply_one(&self, message: InboxMessage) -> Result<Accepted> {
+        let mut conn = connect(&self.config)?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(map_error)?;
+        let mut inbox = SqliteInbox::new(&tx);
+        let mut handler =
+            |inbox: &mut SqliteInbox<'_>, m: &InboxMessage| apply_postings(inbox.connection(), m);
+        let accepted = block_on(self.engine.accept(&mut inbox, message, &mut handler))?;
+        tx.commit().map_err(map_error)?;
+        self.count(&accepted);
+        Ok(accepted)
+    }
+
+    fn count(&self, accepted: &Accepted) {
+        let s = &self.stats;
+        match accepted {
+            Accepted::Applied { released } => {
+                s.applied
+                    .fetch_add(1 + released.len() as u64, Ordering::Relaxed);
+                s.released
+                    .fetch_add(released.len() as u64, Ordering::Relaxed);
+            }
+            Accepted::Duplicate => _ = s.duplicates.fetch_add(1, Ordering::Relaxed),
+            Accepted::Stale { .. } => _ = s.stale.fetch_add(1, Ordering::Relaxed),
+            Accepted::Held { .. } => _ = s.held.fetch_add(1, Ordering::Relaxed),
+            Accepted::Conflict { .. } => _ = s.conflicts.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// Raises alarms for gaps older than the alarm age (never skips them).
+    pub fn check_gaps(&self) -> Result<Vec<GapAlarm>> {
+        let mut conn = connect(&self.config)?;
+        let tx = conn.transaction().map_err(map_error)?;
+        let alarms = block_on(self.engine.check_gaps(&mut SqliteInbox::new(&tx)))?;
+        tx.commit().map_err(map_error)?;
+        Ok(alarms)
+    }
+
+    /// Balances per (account, asset) as the treasury table holds them.
+    pub fn balances(&self) -> Result<BTreeMap<(String, String), i64>> {
+        let conn = connect(&self.config)?;
+        let mut stmt = conn
+            .prepare("SELECT account, asset, balance FROM treasury_balances")
+            .map_err(map_error)?;
+        let rows = stmt
+            .query_map([], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))
+            .map_err(map_error)?;
+        rows.collect::<rusqlite::Result<_>>().map_err(map_error)
+    }
+
+    /// Instructions applied per account, by sequence: `(account, sequence, instruction id, kind)`.
+    pub fn applied(&self) -> Result<Vec<(String, u64, String, String)>> {
+        let conn = connect(&self.config)?;
+        let mut stmt = conn
+            .prepare("SELECT account, sequence, instruction_id, kind FROM inbox_messages ORDER BY account, sequence")
+            .map_err(map_error)?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get::<_, i64>(1)? as u64, r.get(2)?, r.get(3)?))
+            })
+            .map_err(map_error)?;
+        rows.collect::<rusqlite::Result<_>>().map_err(map_error)
+    }
+}
+
+/// The SQLite inbox never waits, so its futures finish on the first poll; driving them
+/// on this blocking thread keeps the `!Send` transaction off the async workers.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Handle::current().block_on(future)
+}
+
+fn apply_postings(conn: &Connection, message: &InboxMessage) -> Result<()> {
+    if message.kind == MessageKind::Rejected {
+        return Ok(());
+    }
+    let tx: LedgerTransaction = serde_json::from_slice(&message.payload)
+        .map_err(|e| Error::invalid("payload", format!("not a ledger transaction: {e}")))?;
+    let mut stmt = conn
+        .prepare_cached(
+            "INSERT INTO treasury_balances (account, asset, balance) VALUES (?1, ?2, ?3)
+             ON CONFLICT (account, asset) DO UPDATE SET balance = balance + excluded.balance",
+        )
+        .map_err(map_error)?;
+    for (i, p) in tx.postings.iter().enumerate() {
+        let amount = p.amount.as_i64().filter(|a| *a >= 0).ok_or_else(|| {
+            Error::invalid(
+                format!("postings[{i}].amount"),
+                format!("{} is not a non-negative i64", p.amount),
+            )
+        })?;
+        stmt.execute((&p.source, &p.asset, -amount))
+            .map_err(map_error)?;
+        stmt.execute((&p.destination, &p.asset, amount))
+            .map_err(map_error)?;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl MessageSink for TreasuryConsumer {
+    async fn accept(&self, delivery_id: &str, messages: Vec<InboxMessage>) -> Result<()> {
+        let this = self.clone();
+        let delivery_id = delivery_id.to_owned();
+        tokio::task::spawn_blocking(move || {
+            for message in messages {
+                let (id, account, sequence) = (message.instruction_id.clone(), message.account.clone(), message.sequence);
+                let accepted = this.apply_one(message).map_err(|e| e.with("delivery", &delivery_id))?;
+                tracing::debug!(instruction_id = %id, %account, sequence, ?accepted, "treasury inbox");
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("consumer task failed: {e}")))?
+    }
+}

@@ -1,0 +1,10 @@
+//! The `outbox` binary's library half: commands, adapter wiring, the reference
+//! treasury consumer and the demo, so end-to-end tests can drive them directly.
+
+pub mod cli;
+pub mod commands;
+#[cfg(all(feature = "sqlite", feature = "http"))]
+pub mod consumer;
+#[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
+pub mod demo;
+pub mod wiring;

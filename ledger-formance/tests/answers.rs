@@ -1,0 +1,269 @@
+//! Answers a Formance-compatible server rarely gives on demand (races, protocol
+//! oddities), scripted one by one on a tiny axum server.
+
+mod support;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use outbox_core::{
+    BulkItem, ErrorKind, EventId, Ledger, Metadata, OUTBOX_EVENT_ID_KEY, PostOutcome, Retry,
+};
+use serde_json::Value;
+
+/// One scripted answer: status, extra headers, body.
+type Canned = (u16, Vec<(&'static str, String)>, String);
+
+#[derive(Default)]
+struct Script {
+    answers: VecDeque<Canned>,
+    /// (method, path, body) of every request.
+    seen: Vec<(Method, String, Bytes)>,
+}
+
+type Shared = Arc<Mutex<Script>>;
+
+async fn answer(State(script): State<Shared>, method: Method, uri: Uri, body: Bytes) -> Response {
+    let mut script = script.lock().unwrap();
+    script.seen.push((method, uri.path().to_owned(), body));
+    let (status, headers, body) = script.answers.pop_front().expect("an answer is scripted");
+    let mut map = HeaderMap::new();
+    map.insert("content-type", "application/json".parse().unwrap());
+    for (name, value) in headers {
+        map.insert(name, value.parse().unwrap());
+    }
+    (StatusCode::from_u16(status).unwrap(), map, body).into_response()
+}
+
+async fn scripted(answers: Vec<Canned>) -> (outbox_ledger_formance::FormanceLedger, Shared) {
+    let shared = Shared::default();
+    shared.lock().unwrap().answers = answers.into();
+    let addr = support::serve(Router::new().fallback(answer).with_state(shared.clone())).await;
+    (support::client(addr, |_| {}), shared)
+}
+
+fn tx(id: u64, event: &str) -> String {
+    format!(
+        r#"{{"postings":[{{"source":"world","destination":"merchants:1","amount":1,"asset":"USD/2"}}],"metadata":{{"{OUTBOX_EVENT_ID_KEY}":"{event}"}},"timestamp":"2025-01-15T10:00:00Z","reference":"ref-1","id":{id},"reverted":false}}"#
+    )
+}
+
+fn cursor(txs: &[String]) -> String {
+    format!(
+        r#"{{"cursor":{{"pageSize":2,"hasMore":false,"data":[{}]}}}}"#,
+        txs.join(",")
+    )
+}
+
+const CONFLICT: &str = r#"{"errorCode":"CONFLICT","errorMessage":"duplicate reference \"ref-1\""}"#;
+const WITH_REFERENCE: &[u8] = br#"{"postings":[{"source":"world","destination":"merchants:1","amount":1,"asset":"USD/2"}],"reference":"ref-1"}"#;
+const NO_REFERENCE: &[u8] =
+    br#"{"postings":[{"source":"world","destination":"merchants:1","amount":1,"asset":"USD/2"}]}"#;
+
+#[tokio::test]
+async fn a_conflict_without_reference_is_a_concurrent_duplicate_key_and_transient() {
+    let (ledger, script) = scripted(vec![(409, vec![], CONFLICT.into())]).await;
+    let err = ledger.post(EventId::new(), NO_REFERENCE).await.unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    assert_eq!(err.context("error_code"), Some("CONFLICT"));
+    assert_eq!(
+        script.lock().unwrap().seen.len(),
+        1,
+        "no lookup without a reference"
+    );
+}
+
+#[tokio::test]
+async fn a_conflict_whose_reference_nobody_holds_any_more_is_transient() {
+    let (ledger, script) = scripted(vec![
+        (409, vec![], CONFLICT.into()),
+        (200, vec![], cursor(&[])),
+    ])
+    .await;
+    let err = ledger
+        .post(EventId::new(), WITH_REFERENCE)
+        .await
+        .unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    assert_eq!(err.context("reference"), Some("ref-1"));
+    // The lookup filtered on the reference of the stored body.
+    let seen = &script.lock().unwrap().seen;
+    assert_eq!(seen[1].0, Method::GET);
+    let filter: Value = serde_json::from_slice(&seen[1].2).unwrap();
+    assert_eq!(filter["$match"]["reference"], "ref-1");
+}
+
+#[tokio::test]
+async fn a_conflict_resolves_by_the_holder_event_id() {
+    let event = EventId::new();
+    let (ledger, _) = scripted(vec![
+        (409, vec![], CONFLICT.into()),
+        (200, vec![], cursor(&[tx(5, &event.to_string())])),
+        (409, vec![], CONFLICT.into()),
+        (200, vec![], cursor(&[tx(5, &EventId::new().to_string())])),
+    ])
+    .await;
+    assert_eq!(
+        ledger.post(event, WITH_REFERENCE).await.unwrap(),
+        PostOutcome::Replayed { transaction_id: 5 }
+    );
+    match ledger.post(event, WITH_REFERENCE).await.unwrap() {
+        PostOutcome::Rejected { code, message } => {
+            assert_eq!(code, "CONFLICT");
+            assert!(message.contains("duplicate reference"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_failed_conflict_lookup_keeps_its_own_endpoint_and_gains_the_event() {
+    let event = EventId::new();
+    let (ledger, _) = scripted(vec![
+        (409, vec![], CONFLICT.into()),
+        (503, vec![("retry-after", "3".into())], String::new()),
+    ])
+    .await;
+    let err = ledger.post(event, WITH_REFERENCE).await.unwrap_err();
+    assert_eq!(
+        err.retry(),
+        Retry::Transient {
+            after: Some(std::time::Duration::from_secs(3))
+        }
+    );
+    assert_eq!(err.context("event_id"), Some(event.to_string().as_str()));
+    assert_eq!(err.context("status"), Some("503"));
+}
+
+#[tokio::test]
+async fn the_hit_header_marks_a_replayed_revert() {
+    let hit = vec![("idempotency-hit", "true".to_owned())];
+    let (ledger, _) = scripted(vec![
+        (201, vec![], format!(r#"{{"data":{}}}"#, tx(8, "x"))),
+        (201, hit, format!(r#"{{"data":{}}}"#, tx(8, "x"))),
+    ])
+    .await;
+    let key = EventId::new();
+    assert_eq!(
+        ledger.revert(key, 3, &Metadata::new()).await.unwrap(),
+        PostOutcome::Accepted { transaction_id: 8 }
+    );
+    assert_eq!(
+        ledger.revert(key, 3, &Metadata::new()).await.unwrap(),
+        PostOutcome::Replayed { transaction_id: 8 }
+    );
+}
+
+#[tokio::test]
+async fn an_unreadable_success_is_a_permanent_ledger_error_saying_it_may_be_committed() {
+    let (ledger, _) = scripted(vec![(200, vec![], "<html>ok</html>".into())]).await;
+    let err = ledger.post(EventId::new(), NO_REFERENCE).await.unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::Ledger);
+    assert_eq!(err.retry(), Retry::Permanent);
+    assert!(err.message().contains("may be committed"), "{err}");
+}
+
+#[tokio::test]
+async fn an_http_date_retry_after_is_honoured() {
+    let at =
+        (chrono::Utc::now() + chrono::Duration::seconds(120)).format("%a, %d %b %Y %H:%M:%S GMT");
+    let (ledger, _) = scripted(vec![(
+        503,
+        vec![("retry-after", at.to_string())],
+        String::new(),
+    )])
+    .await;
+    let err = ledger.post(EventId::new(), NO_REFERENCE).await.unwrap_err();
+    let Retry::Transient { after: Some(after) } = err.retry() else {
+        panic!("{err}")
+    };
+    assert!((110..=120).contains(&after.as_secs()), "{after:?}");
+}
+
+#[tokio::test]
+async fn two_transactions_for_one_event_are_an_internal_error() {
+    let event = EventId::new().to_string();
+    let (ledger, _) = scripted(vec![(200, vec![], cursor(&[tx(9, &event), tx(4, &event)]))]).await;
+    let err = ledger
+        .transaction_by_event_id(event.parse().unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::Internal);
+    assert!(err.message().contains("[9, 4]"), "{err}");
+}
+
+#[tokio::test]
+async fn a_bulk_answer_with_the_wrong_count_is_a_permanent_error() {
+    let one = format!(
+        r#"{{"data":[{{"responseType":"CREATE_TRANSACTION","logID":1,"data":{}}}]}}"#,
+        tx(1, "a")
+    );
+    let (ledger, _) = scripted(vec![(200, vec![], one)]).await;
+    let items = [
+        BulkItem {
+            key: EventId::new(),
+            body: NO_REFERENCE,
+        },
+        BulkItem {
+            key: EventId::new(),
+            body: NO_REFERENCE,
+        },
+    ];
+    let err = ledger.post_bulk(&items).await.unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::Ledger);
+    assert_eq!(err.retry(), Retry::Permanent);
+    assert!(err.message().contains("1 results for 2 elements"), "{err}");
+}
+
+#[tokio::test]
+async fn a_bulk_item_that_is_not_json_fails_alone_and_halts_what_follows() {
+    let one = format!(
+        r#"{{"data":[{{"responseType":"CREATE_TRANSACTION","logID":1,"data":{}}}]}}"#,
+        tx(1, "a")
+    );
+    let (ledger, script) = scripted(vec![(200, vec![], one)]).await;
+    let items = [
+        BulkItem {
+            key: EventId::new(),
+            body: NO_REFERENCE,
+        },
+        BulkItem {
+            key: EventId::new(),
+            body: b"{not json",
+        },
+        BulkItem {
+            key: EventId::new(),
+            body: NO_REFERENCE,
+        },
+    ];
+    let results = ledger.post_bulk(&items).await.unwrap();
+    assert_eq!(results[0], Ok(PostOutcome::Accepted { transaction_id: 1 }));
+    assert_eq!(results[1].as_ref().unwrap_err().field(), Some("body"));
+    assert!(results[2].as_ref().unwrap_err().is_transient());
+
+    // Only the readable prefix went out, each element with its key and verbatim body.
+    let seen = &script.lock().unwrap().seen;
+    assert_eq!(seen.len(), 1);
+    let sent: Value = serde_json::from_slice(&seen[0].2).unwrap();
+    let elements = sent.as_array().unwrap();
+    assert_eq!(elements.len(), 1);
+    assert_eq!(elements[0]["action"], "CREATE_TRANSACTION");
+    assert_eq!(elements[0]["ik"], items[0].key.to_string());
+    assert!(
+        std::str::from_utf8(&seen[0].2)
+            .unwrap()
+            .contains(std::str::from_utf8(NO_REFERENCE).unwrap())
+    );
+}
+
+#[tokio::test]
+async fn an_empty_bulk_sends_nothing() {
+    let (ledger, script) = scripted(vec![]).await;
+    assert!(ledger.post_bulk(&[]).await.unwrap().is_empty());
+    assert!(script.lock().unwrap().seen.is_empty());
+}

@@ -1,0 +1,767 @@
+//! Every outcome mapping of `FormanceLedger`, against `outbox-ledger-dev` (a local
+//! Formance-v2-compatible ledger) over real HTTP on loopback, with injected faults.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use outbox_core::{
+    Account, Amount, Asset, BulkItem, ErrorKind, EventId, Ledger, LedgerCommand, Metadata,
+    OUTBOX_EVENT_ID_KEY, Payload, PostBody, PostCommand, PostOutcome, Posting, Retry, Script,
+};
+use outbox_ledger_dev::{DevLedger, DevLedgerConfig, RunningDevLedger};
+use outbox_ledger_formance::{FormanceConfig, FormanceLedger};
+
+const LEDGER: &str = "main";
+const USD: &str = "USD/2";
+
+/// A dev ledger with ledger `main`, taking at most `bulk_max_size` elements per bulk.
+async fn dev_ledger(bulk_max_size: usize) -> RunningDevLedger {
+    DevLedger::start(DevLedgerConfig {
+        bulk_max_size,
+        create_ledgers: vec![LEDGER.into()],
+        ..DevLedgerConfig::default()
+    })
+    .await
+    .expect("dev ledger starts")
+}
+
+fn client_for(dev: &RunningDevLedger, adjust: impl FnOnce(&mut FormanceConfig)) -> FormanceLedger {
+    let mut config = FormanceConfig::new(dev.url(), LEDGER);
+    config.request_timeout_ms = 5_000;
+    adjust(&mut config);
+    FormanceLedger::new(&config).expect("valid config")
+}
+
+async fn setup() -> (RunningDevLedger, FormanceLedger) {
+    let dev = dev_ledger(100).await;
+    let ledger = client_for(&dev, |_| {});
+    (dev, ledger)
+}
+
+fn account(address: &str) -> Account {
+    Account::parse(address).unwrap()
+}
+
+fn posting(source: &str, destination: &str, amount: u64) -> Posting {
+    Posting {
+        source: account(source),
+        destination: account(destination),
+        amount: Amount::new(amount),
+        asset: Asset::parse(USD).unwrap(),
+    }
+}
+
+/// The bytes the relay would send for `event`: the payload encoded at enqueue, split.
+fn stored_body(
+    event: EventId,
+    body: PostBody,
+    reference: Option<&str>,
+    metadata: Metadata,
+) -> Vec<u8> {
+    let command = LedgerCommand::Post(PostCommand {
+        body,
+        reference: reference.map(str::to_owned),
+        metadata,
+    });
+    let payload = Payload::encode(event, &account("merchants:4471"), 1, &command).unwrap();
+    payload.split().unwrap().1.to_vec()
+}
+
+fn transfer(event: EventId, source: &str, destination: &str, amount: u64) -> Vec<u8> {
+    stored_body(
+        event,
+        PostBody::Postings(vec![posting(source, destination, amount)]),
+        None,
+        Metadata::new(),
+    )
+}
+
+/// Credits `address` from `world` and returns the transaction id.
+async fn fund(ledger: &FormanceLedger, address: &str, amount: u64) -> u64 {
+    let event = EventId::new();
+    accepted(
+        ledger
+            .post(event, &transfer(event, "world", address, amount))
+            .await
+            .unwrap(),
+    )
+}
+
+fn accepted(outcome: PostOutcome) -> u64 {
+    match outcome {
+        PostOutcome::Accepted { transaction_id } => transaction_id,
+        other => panic!("expected Accepted, got {other:?}"),
+    }
+}
+
+fn rejected_code(outcome: PostOutcome) -> String {
+    match outcome {
+        PostOutcome::Rejected { code, .. } => code,
+        other => panic!("expected Rejected, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn accepted_then_replayed_with_the_same_transaction_id() {
+    let (_dev, ledger) = setup().await;
+    let event = EventId::new();
+    let body = transfer(event, "world", "merchants:4471:available", 48_500_000);
+
+    let first = accepted(ledger.post(event, &body).await.unwrap());
+    let again = ledger.post(event, &body).await.unwrap();
+    assert_eq!(
+        again,
+        PostOutcome::Replayed {
+            transaction_id: first
+        }
+    );
+
+    // Exactly one movement exists for the event.
+    let tx = ledger
+        .transaction_by_event_id(event)
+        .await
+        .unwrap()
+        .expect("posted");
+    assert_eq!(tx.id, first);
+    assert_eq!(tx.metadata[OUTBOX_EVENT_ID_KEY], event.to_string());
+    assert_eq!(
+        tx.postings,
+        [posting("world", "merchants:4471:available", 48_500_000)]
+    );
+    let balances = ledger
+        .aggregate_balances("merchants:4471:available")
+        .await
+        .unwrap();
+    assert_eq!(balances[&Asset::parse(USD).unwrap()], 48_500_000);
+}
+
+#[tokio::test]
+async fn the_same_key_with_another_body_is_a_permanent_mismatch() {
+    let (_dev, ledger) = setup().await;
+    let event = EventId::new();
+    ledger
+        .post(
+            event,
+            &transfer(event, "world", "merchants:4471:available", 100),
+        )
+        .await
+        .unwrap();
+    let err = ledger
+        .post(
+            event,
+            &transfer(event, "world", "merchants:4471:available", 200),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::IdempotencyMismatch);
+    assert_eq!(err.retry(), Retry::Permanent);
+    assert_eq!(err.context("event_id"), Some(event.to_string().as_str()));
+    assert_eq!(err.context("endpoint"), Some("/v2/main/transactions"));
+    assert_eq!(err.context("error_code"), Some("VALIDATION"));
+}
+
+#[tokio::test]
+async fn insufficient_funds_is_a_rejection_and_consumes_no_key() {
+    let (_dev, ledger) = setup().await;
+    let event = EventId::new();
+    let body = transfer(
+        event,
+        "merchants:4471:available",
+        "merchants:4471:payouts:pending",
+        48_500_000,
+    );
+    assert_eq!(
+        rejected_code(ledger.post(event, &body).await.unwrap()),
+        "INSUFFICIENT_FUND"
+    );
+    // A refusal stores no key: once funded, the same event goes through.
+    fund(&ledger, "merchants:4471:available", 48_500_000).await;
+    accepted(ledger.post(event, &body).await.unwrap());
+}
+
+#[tokio::test]
+async fn compilation_failure_is_a_rejection() {
+    let (_dev, ledger) = setup().await;
+    let event = EventId::new();
+    let script = Script {
+        plain: "vars {\n  monetary $amount\n}\nsend $amount (\n  source = @world\n  destination = $nowhere\n)\n".into(),
+        vars: BTreeMap::from([("amount".into(), "USD/2 100".into())]),
+    };
+    let body = stored_body(event, PostBody::Script(script), None, Metadata::new());
+    assert_eq!(
+        rejected_code(ledger.post(event, &body).await.unwrap()),
+        "COMPILATION_FAILED"
+    );
+}
+
+#[tokio::test]
+async fn no_postings_is_a_rejection() {
+    let (_dev, ledger) = setup().await;
+    let event = EventId::new();
+    // Neither postings nor a script: a body the outbox itself would never encode.
+    let body = format!(r#"{{"metadata":{{"{OUTBOX_EVENT_ID_KEY}":"{event}"}}}}"#);
+    assert_eq!(
+        rejected_code(ledger.post(event, body.as_bytes()).await.unwrap()),
+        "NO_POSTINGS"
+    );
+}
+
+#[tokio::test]
+async fn metadata_override_is_a_rejection() {
+    let (_dev, ledger) = setup().await;
+    let event = EventId::new();
+    let script = Script {
+        plain: "send [USD/2 100] (\n  source = @world\n  destination = @merchants:4471:available\n)\nset_tx_meta(\"event_type\", \"payout.requested\")\n".into(),
+        vars: BTreeMap::new(),
+    };
+    let metadata = Metadata::from([("event_type".to_owned(), "payout.other".to_owned())]);
+    let body = stored_body(event, PostBody::Script(script), None, metadata);
+    assert_eq!(
+        rejected_code(ledger.post(event, &body).await.unwrap()),
+        "METADATA_OVERRIDE"
+    );
+}
+
+#[tokio::test]
+async fn revert_is_accepted_replayed_then_already_reverted() {
+    let (_dev, ledger) = setup().await;
+    let original = fund(&ledger, "merchants:4471:available", 1_000).await;
+    let revert_event = EventId::new();
+    let metadata = Metadata::from([(OUTBOX_EVENT_ID_KEY.to_owned(), revert_event.to_string())]);
+
+    let reversal = accepted(
+        ledger
+            .revert(revert_event, original, &metadata)
+            .await
+            .unwrap(),
+    );
+    assert_ne!(reversal, original);
+    let again = ledger
+        .revert(revert_event, original, &metadata)
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        PostOutcome::Replayed {
+            transaction_id: reversal
+        }
+    );
+
+    let other_event = EventId::new();
+    let outcome = ledger
+        .revert(other_event, original, &Metadata::new())
+        .await
+        .unwrap();
+    assert_eq!(rejected_code(outcome), "ALREADY_REVERT");
+
+    let reversed = ledger
+        .transaction_by_event_id(revert_event)
+        .await
+        .unwrap()
+        .expect("reversal");
+    assert_eq!(reversed.id, reversal);
+    assert_eq!(
+        reversed.postings,
+        [posting("merchants:4471:available", "world", 1_000)]
+    );
+    let balances = ledger
+        .aggregate_balances("merchants:4471:available")
+        .await
+        .unwrap();
+    assert_eq!(
+        balances
+            .get(&Asset::parse(USD).unwrap())
+            .copied()
+            .unwrap_or(0),
+        0
+    );
+}
+
+#[tokio::test]
+async fn reverting_a_missing_transaction_is_a_permanent_not_found() {
+    let (_dev, ledger) = setup().await;
+    let err = ledger
+        .revert(EventId::new(), 9_999, &Metadata::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::NotFound);
+    assert_eq!(err.retry(), Retry::Permanent);
+    assert_eq!(err.context("transaction_id"), Some("9999"));
+}
+
+#[tokio::test]
+async fn a_reference_conflict_from_the_same_event_resolves_as_a_replay() {
+    let (_dev, ledger) = setup().await;
+    let reference = "payout:settlement-2026-10-07:4471";
+    let event = EventId::new();
+    let body = stored_body(
+        event,
+        PostBody::Postings(vec![posting(
+            "world",
+            "merchants:4471:available",
+            48_500_000,
+        )]),
+        Some(reference),
+        Metadata::new(),
+    );
+    // The race of FORMANCE.md §2: the same event landed under another key first, so
+    // the idempotency lookup misses and the reference index answers 409.
+    let first = accepted(ledger.post(EventId::new(), &body).await.unwrap());
+    let outcome = ledger.post(event, &body).await.unwrap();
+    assert_eq!(
+        outcome,
+        PostOutcome::Replayed {
+            transaction_id: first
+        }
+    );
+
+    let found = ledger
+        .transaction_by_reference(reference)
+        .await
+        .unwrap()
+        .expect("by reference");
+    assert_eq!(found.id, first);
+    assert_eq!(found.reference.as_deref(), Some(reference));
+}
+
+#[tokio::test]
+async fn a_reference_held_by_another_event_is_rejected_as_conflict() {
+    let (_dev, ledger) = setup().await;
+    let reference = "payout:settlement-2026-10-07:4471";
+    let make = |event| {
+        stored_body(
+            event,
+            PostBody::Postings(vec![posting("world", "merchants:4471:available", 100)]),
+            Some(reference),
+            Metadata::new(),
+        )
+    };
+    let holder = EventId::new();
+    accepted(ledger.post(holder, &make(holder)).await.unwrap());
+    let intruder = EventId::new();
+    let outcome = ledger.post(intruder, &make(intruder)).await.unwrap();
+    assert_eq!(rejected_code(outcome), "CONFLICT");
+    assert_eq!(
+        ledger.transaction_by_event_id(intruder).await.unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn server_errors_and_throttling_are_transient_with_retry_after() {
+    let (dev, ledger) = setup().await;
+    let event = EventId::new();
+    let body = transfer(event, "world", "merchants:4471:available", 100);
+
+    dev.faults().push_status(
+        StatusCode::SERVICE_UNAVAILABLE,
+        Some(Duration::from_secs(7)),
+        1,
+    );
+    let err = ledger.post(event, &body).await.unwrap_err();
+    assert_eq!(
+        err.retry(),
+        Retry::Transient {
+            after: Some(Duration::from_secs(7))
+        }
+    );
+    assert_eq!(err.kind(), &ErrorKind::Ledger);
+    assert_eq!(err.context("status"), Some("503"));
+    assert_eq!(err.context("event_id"), Some(event.to_string().as_str()));
+
+    dev.faults().push_status(
+        StatusCode::TOO_MANY_REQUESTS,
+        Some(Duration::from_secs(2)),
+        1,
+    );
+    let err = ledger.post(event, &body).await.unwrap_err();
+    assert_eq!(
+        err.retry(),
+        Retry::Transient {
+            after: Some(Duration::from_secs(2))
+        }
+    );
+
+    dev.faults()
+        .push_status(StatusCode::INTERNAL_SERVER_ERROR, None, 1);
+    let err = ledger.post(event, &body).await.unwrap_err();
+    assert_eq!(err.retry(), Retry::Transient { after: None });
+
+    // The faults were answered before executing: nothing was committed yet.
+    accepted(ledger.post(event, &body).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_slow_answer_times_out_as_transient() {
+    let dev = dev_ledger(100).await;
+    let ledger = client_for(&dev, |c| c.request_timeout_ms = 300);
+    let event = EventId::new();
+    let body = transfer(event, "world", "merchants:4471:available", 100);
+
+    dev.faults().set_delay(Duration::from_millis(1_500));
+    let err = ledger.post(event, &body).await.unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::Transport);
+    assert!(err.is_transient(), "{err}");
+    dev.faults().clear();
+
+    // Whether or not the slow request ran, the retry leaves exactly one transaction.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let id = match ledger.post(event, &body).await.unwrap() {
+        PostOutcome::Accepted { transaction_id } | PostOutcome::Replayed { transaction_id } => {
+            transaction_id
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        ledger
+            .transaction_by_event_id(event)
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
+        id
+    );
+}
+
+#[tokio::test]
+async fn an_answer_lost_after_commit_replays_on_retry() {
+    let dev = dev_ledger(100).await;
+    let ledger = client_for(&dev, |c| c.request_timeout_ms = 500);
+    let event = EventId::new();
+    let body = transfer(event, "world", "merchants:4471:available", 100);
+
+    dev.faults().timeout_after_commit(1, Duration::from_secs(3));
+    let err = ledger.post(event, &body).await.unwrap_err();
+    assert!(err.is_transient(), "{err}");
+
+    let committed = ledger
+        .transaction_by_event_id(event)
+        .await
+        .unwrap()
+        .expect("committed");
+    let outcome = ledger.post(event, &body).await.unwrap();
+    assert_eq!(
+        outcome,
+        PostOutcome::Replayed {
+            transaction_id: committed.id
+        }
+    );
+}
+
+fn items<'a>(bodies: &'a [(EventId, Vec<u8>)]) -> Vec<BulkItem<'a>> {
+    bodies
+        .iter()
+        .map(|(key, body)| BulkItem { key: *key, body })
+        .collect()
+}
+
+fn credits(n: usize) -> Vec<(EventId, Vec<u8>)> {
+    (0..n)
+        .map(|i| {
+            let event = EventId::new();
+            (
+                event,
+                transfer(
+                    event,
+                    "world",
+                    &format!("merchants:{i}:available"),
+                    100 + i as u64,
+                ),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn bulk_is_chunked_to_the_configured_size() {
+    // The server takes 3 per call; 8 items in chunks of 3 all commit, in order.
+    let dev = dev_ledger(3).await;
+    let ledger = client_for(&dev, |c| c.bulk_max_size = 3);
+    assert_eq!(ledger.capabilities().max_bulk, 3);
+    let bodies = credits(8);
+    let results = ledger.post_bulk(&items(&bodies)).await.unwrap();
+    assert_eq!(results.len(), 8);
+    let ids: Vec<u64> = results.into_iter().map(|r| accepted(r.unwrap())).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    for ((event, _), id) in bodies.iter().zip(&ids) {
+        assert_eq!(
+            ledger
+                .transaction_by_event_id(*event)
+                .await
+                .unwrap()
+                .unwrap()
+                .id,
+            *id
+        );
+    }
+
+    // A client allowed more than the server takes gets the server's 413, permanent.
+    let greedy = client_for(&dev, |c| c.bulk_max_size = 5);
+    let err = greedy.post_bulk(&items(&credits(5))).await.unwrap_err();
+    assert_eq!(err.retry(), Retry::Permanent);
+    assert_eq!(err.context("error_code"), Some("BULK_SIZE_EXCEEDED"));
+}
+
+#[tokio::test]
+async fn bulk_maps_each_element_and_stops_at_the_first_failure() {
+    let (_dev, ledger) = setup().await;
+    let mut bodies = credits(2);
+    let broke = EventId::new();
+    bodies.push((
+        broke,
+        transfer(broke, "merchants:empty", "merchants:4471:available", 1),
+    ));
+    bodies.extend(credits(2));
+
+    let results = ledger.post_bulk(&items(&bodies)).await.unwrap();
+    assert_eq!(results.len(), 5);
+    accepted(results[0].clone().unwrap());
+    accepted(results[1].clone().unwrap());
+    assert_eq!(
+        rejected_code(results[2].clone().unwrap()),
+        "INSUFFICIENT_FUND"
+    );
+    for (result, (event, _)) in results[3..].iter().zip(&bodies[3..]) {
+        let err = result.clone().unwrap_err();
+        assert!(err.is_transient(), "{err}");
+        assert_eq!(err.context("event_id"), Some(event.to_string().as_str()));
+        assert_eq!(
+            ledger.transaction_by_event_id(*event).await.unwrap(),
+            None,
+            "never ran"
+        );
+    }
+}
+
+#[tokio::test]
+async fn bulk_does_not_send_chunks_after_a_failed_one() {
+    let dev = dev_ledger(100).await;
+    let ledger = client_for(&dev, |c| c.bulk_max_size = 2);
+    let ok = EventId::new();
+    let broke = EventId::new();
+    let later = credits(3);
+    let mut bodies = vec![
+        (ok, transfer(ok, "world", "merchants:1:available", 1)),
+        (
+            broke,
+            transfer(broke, "merchants:empty", "merchants:1:available", 1),
+        ),
+    ];
+    bodies.extend(later.iter().cloned());
+
+    let results = ledger.post_bulk(&items(&bodies)).await.unwrap();
+    accepted(results[0].clone().unwrap());
+    assert_eq!(
+        rejected_code(results[1].clone().unwrap()),
+        "INSUFFICIENT_FUND"
+    );
+    for (result, (event, _)) in results[2..].iter().zip(&later) {
+        let err = result.clone().unwrap_err();
+        assert!(
+            err.is_transient() && err.message().contains("not sent"),
+            "{err}"
+        );
+        assert_eq!(ledger.transaction_by_event_id(*event).await.unwrap(), None);
+    }
+}
+
+#[tokio::test]
+async fn a_bulk_replay_reads_as_accepted_and_a_bulk_mismatch_is_permanent() {
+    let (_dev, ledger) = setup().await;
+    let event = EventId::new();
+    let body = transfer(event, "world", "merchants:4471:available", 100);
+    let first = accepted(ledger.post(event, &body).await.unwrap());
+
+    // No per-element hit flag: the replay is indistinguishable from a first post.
+    let results = ledger
+        .post_bulk(&[BulkItem {
+            key: event,
+            body: &body,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(
+        results[0].clone().unwrap(),
+        PostOutcome::Accepted {
+            transaction_id: first
+        }
+    );
+
+    let changed = transfer(event, "world", "merchants:4471:available", 999);
+    let results = ledger
+        .post_bulk(&[BulkItem {
+            key: event,
+            body: &changed,
+        }])
+        .await
+        .unwrap();
+    let err = results[0].clone().unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::IdempotencyMismatch);
+    assert_eq!(err.retry(), Retry::Permanent);
+}
+
+#[tokio::test]
+async fn a_bulk_reference_conflict_from_the_same_event_resolves_as_a_replay() {
+    let (_dev, ledger) = setup().await;
+    let event = EventId::new();
+    let body = stored_body(
+        event,
+        PostBody::Postings(vec![posting("world", "merchants:4471:available", 5)]),
+        Some("payout:bulk-race"),
+        Metadata::new(),
+    );
+    let first = accepted(ledger.post(EventId::new(), &body).await.unwrap());
+    let results = ledger
+        .post_bulk(&[BulkItem {
+            key: event,
+            body: &body,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(
+        results[0].clone().unwrap(),
+        PostOutcome::Replayed {
+            transaction_id: first
+        }
+    );
+}
+
+#[tokio::test]
+async fn balances_and_account_volumes() {
+    let (_dev, ledger) = setup().await;
+    fund(&ledger, "merchants:4471:available", 48_500_000).await;
+    fund(&ledger, "merchants:4471:reserve", 1_000).await;
+    fund(&ledger, "merchants:9:available", 7).await;
+    let event = EventId::new();
+    let payout = transfer(
+        event,
+        "merchants:4471:available",
+        "merchants:4471:payouts:pending",
+        48_500_000,
+    );
+    accepted(ledger.post(event, &payout).await.unwrap());
+
+    let usd = Asset::parse(USD).unwrap();
+    // Formance patterns: an empty segment matches one segment, `...` any depth.
+    let one_level = ledger.aggregate_balances("merchants:4471:").await.unwrap();
+    assert_eq!(one_level[&usd], 1_000, "available (emptied) + reserve");
+    let merchant = ledger
+        .aggregate_balances("merchants:4471:...")
+        .await
+        .unwrap();
+    assert_eq!(merchant[&usd], 48_501_000, "payouts:pending included");
+    let world = ledger.aggregate_balances("world").await.unwrap();
+    assert_eq!(world[&usd], -48_501_007);
+
+    let available = ledger
+        .account(&account("merchants:4471:available"))
+        .await
+        .unwrap()
+        .expect("used account");
+    let volume = available.volumes[&usd];
+    assert_eq!(
+        (volume.input, volume.output, volume.balance()),
+        (48_500_000, 48_500_000, 0)
+    );
+    assert_eq!(
+        ledger
+            .account(&account("merchants:never:used"))
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn account_metadata_is_idempotent_under_its_key() {
+    let (_dev, ledger) = setup().await;
+    let merchant = account("merchants:4471:available");
+    fund(&ledger, merchant.as_str(), 1).await;
+    let metadata = Metadata::from([("payout_schedule".to_owned(), "daily".to_owned())]);
+
+    ledger
+        .save_account_metadata("acct-meta-1", &merchant, &metadata)
+        .await
+        .unwrap();
+    ledger
+        .save_account_metadata("acct-meta-1", &merchant, &metadata)
+        .await
+        .unwrap();
+    let read = ledger.account(&merchant).await.unwrap().unwrap();
+    assert_eq!(read.metadata["payout_schedule"], "daily");
+
+    let other = Metadata::from([("payout_schedule".to_owned(), "weekly".to_owned())]);
+    let err = ledger
+        .save_account_metadata("acct-meta-1", &merchant, &other)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::IdempotencyMismatch);
+    assert_eq!(err.context("idempotency_key"), Some("acct-meta-1"));
+}
+
+#[tokio::test]
+async fn lookups_of_unknown_events_and_references_are_none() {
+    let (_dev, ledger) = setup().await;
+    fund(&ledger, "merchants:1:available", 1).await;
+    assert_eq!(
+        ledger
+            .transaction_by_event_id(EventId::new())
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        ledger
+            .transaction_by_reference("payout:none")
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn the_ledger_is_created_when_asked_and_missing_otherwise() {
+    let dev = DevLedger::start(DevLedgerConfig::default())
+        .await
+        .expect("dev ledger");
+    let mut config = FormanceConfig::new(dev.url(), "fresh-ledger");
+
+    let missing = FormanceLedger::connect(&config).await.unwrap();
+    let event = EventId::new();
+    let err = missing
+        .post(event, &transfer(event, "world", "merchants:1", 1))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::NotFound);
+    assert_eq!(err.retry(), Retry::Permanent);
+    assert_eq!(err.context("error_code"), Some("LEDGER_NOT_FOUND"));
+
+    config.create_ledger_if_missing = true;
+    let created = FormanceLedger::connect(&config).await.unwrap();
+    assert!(
+        !created.create_ledger().await.unwrap(),
+        "already exists now"
+    );
+    accepted(
+        created
+            .post(event, &transfer(event, "world", "merchants:1", 1))
+            .await
+            .unwrap(),
+    );
+}
+
+#[tokio::test]
+async fn a_connection_refused_is_transient() {
+    let dev = dev_ledger(100).await;
+    let url = dev.url();
+    dev.shutdown().await;
+    let ledger = FormanceLedger::new(&FormanceConfig::new(url, LEDGER)).unwrap();
+    let event = EventId::new();
+    let err = ledger
+        .post(event, &transfer(event, "world", "merchants:1", 1))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::Transport);
+    assert!(err.is_transient(), "{err}");
+}
