@@ -1,1 +1,32 @@
+#![doc = include_str!("../README.md")]
 
+mod bulk;
+mod cli;
+mod clock;
+mod commands;
+mod config;
+mod controller;
+mod engine;
+mod errors;
+mod events;
+mod faults;
+mod idempotency;
+mod log;
+mod model;
+mod numscript;
+mod persistence;
+mod query;
+mod reads;
+mod routes;
+mod server;
+mod state;
+pub mod webhook_sign;
+mod webhooks;
+
+pub use cli::{DevLedgerArgs, run_cli};
+pub use config::{
+    DEFAULT_BULK_MAX_SIZE, DevLedgerConfig, DevLedgerStats, WebhookBackoff, WebhookTarget,
+};
+pub use faults::{FaultInjector, FaultPlan, QueuedAnswer};
+pub use server::{DevLedger, RunningDevLedger};
+pub use webhook_sign::sign;

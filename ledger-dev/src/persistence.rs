@@ -1,0 +1,377 @@
+//! The SQLite journal: ledgers, the append-only log, and webhook deliveries with
+//! their outcomes. Every table is insert-only (triggers refuse UPDATE and DELETE);
+//! a delivery is pending while it has no outcome row.
+//!
+//! A write and the deliveries of its event are inserted in one SQLite transaction,
+//! so a crash after the commit still re-delivers the event at the next start
+//! (at-least-once). In-memory mode uses the same code on `:memory:`.
+
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+use outbox_core::{Error, ErrorKind, Result};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::clock;
+use crate::log::Log;
+use crate::state::LedgerInfo;
+
+/// Bumped when the schema changes incompatibly; a newer file is refused.
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = r"
+CREATE TABLE IF NOT EXISTS ledgers (
+    name       TEXT PRIMARY KEY,
+    payload    TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS logs (
+    seq              INTEGER PRIMARY KEY AUTOINCREMENT,
+    ledger           TEXT NOT NULL REFERENCES ledgers(name),
+    log_id           INTEGER NOT NULL,
+    type             TEXT NOT NULL,
+    idempotency_key  TEXT,
+    idempotency_hash TEXT,
+    payload          TEXT NOT NULL,
+    at               TEXT NOT NULL,
+    UNIQUE (ledger, log_id)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS logs_idempotency_key
+    ON logs (ledger, idempotency_key) WHERE idempotency_key IS NOT NULL;
+CREATE TABLE IF NOT EXISTS webhook_deliveries (
+    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+    id         TEXT NOT NULL UNIQUE,
+    url        TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    body       TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS webhook_outcomes (
+    delivery_id TEXT PRIMARY KEY REFERENCES webhook_deliveries(id),
+    outcome     TEXT NOT NULL,
+    attempts    INTEGER NOT NULL,
+    detail      TEXT,
+    at          TEXT NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS ledgers_append_only_u BEFORE UPDATE ON ledgers
+    BEGIN SELECT RAISE(ABORT, 'ledgers is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS ledgers_append_only_d BEFORE DELETE ON ledgers
+    BEGIN SELECT RAISE(ABORT, 'ledgers is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS logs_append_only_u BEFORE UPDATE ON logs
+    BEGIN SELECT RAISE(ABORT, 'logs is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS logs_append_only_d BEFORE DELETE ON logs
+    BEGIN SELECT RAISE(ABORT, 'logs is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS webhook_deliveries_append_only_u BEFORE UPDATE ON webhook_deliveries
+    BEGIN SELECT RAISE(ABORT, 'webhook_deliveries is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS webhook_deliveries_append_only_d BEFORE DELETE ON webhook_deliveries
+    BEGIN SELECT RAISE(ABORT, 'webhook_deliveries is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS webhook_outcomes_append_only_u BEFORE UPDATE ON webhook_outcomes
+    BEGIN SELECT RAISE(ABORT, 'webhook_outcomes is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS webhook_outcomes_append_only_d BEFORE DELETE ON webhook_outcomes
+    BEGIN SELECT RAISE(ABORT, 'webhook_outcomes is append-only'); END;
+";
+
+/// A webhook delivery: one event to one endpoint, with an id stable across retries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StoredDelivery {
+    pub(crate) id: String,
+    pub(crate) url: String,
+    pub(crate) event_type: String,
+    pub(crate) body: String,
+    pub(crate) created_at: DateTime<Utc>,
+}
+
+/// How a delivery ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DeliveryOutcome {
+    Delivered,
+    Failed,
+}
+
+impl DeliveryOutcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Delivered => "delivered",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// Everything read back at start.
+#[derive(Debug, Default)]
+pub(crate) struct Loaded {
+    pub(crate) ledgers: Vec<LedgerInfo>,
+    /// `(ledger, log)` in commit order.
+    pub(crate) logs: Vec<(String, Log)>,
+    pub(crate) pending: Vec<StoredDelivery>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Journal {
+    conn: Connection,
+    location: String,
+}
+
+fn storage(location: &str, what: &str, e: &rusqlite::Error) -> Error {
+    Error::new(ErrorKind::Storage, format!("{what}: {e}")).with("data", location)
+}
+
+impl Journal {
+    /// Opens (creating if needed) the file at `path`, or an in-memory journal.
+    pub(crate) fn open(path: Option<&Path>) -> Result<Self> {
+        let location = path.map_or_else(|| ":memory:".to_owned(), |p| p.display().to_string());
+        let conn = match path {
+            Some(p) => Connection::open(p),
+            None => Connection::open_in_memory(),
+        }
+        .map_err(|e| storage(&location, "cannot open the dev ledger's SQLite file", &e))?;
+        // WAL + NORMAL survives a process crash (the case the relay tests exercise);
+        // only an OS crash may lose the last commits.
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
+        )
+        .map_err(|e| storage(&location, "cannot configure SQLite", &e))?;
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| storage(&location, "cannot read the schema version", &e))?;
+        if version > SCHEMA_VERSION {
+            return Err(Error::new(
+                ErrorKind::Config,
+                format!("the file has schema version {version}; this dev ledger understands up to {SCHEMA_VERSION}"),
+            )
+            .with("data", &location));
+        }
+        conn.execute_batch(SCHEMA)
+            .and_then(|()| conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}")))
+            .map_err(|e| storage(&location, "cannot create the schema", &e))?;
+        Ok(Self { conn, location })
+    }
+
+    fn err(&self, what: &str, e: &rusqlite::Error) -> Error {
+        storage(&self.location, what, e)
+    }
+
+    /// Reads ledgers, logs and pending deliveries, in the order they were written.
+    pub(crate) fn load(&self) -> Result<Loaded> {
+        let mut loaded = Loaded::default();
+        let read = |what: &str, e: rusqlite::Error| self.err(what, &e);
+
+        let mut stmt = self
+            .conn
+            .prepare("SELECT payload FROM ledgers ORDER BY rowid")
+            .map_err(|e| read("cannot read ledgers", e))?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(|e| read("cannot read ledgers", e))?;
+        for row in rows {
+            let payload = row.map_err(|e| read("cannot read ledgers", e))?;
+            loaded
+                .ledgers
+                .push(decode(&self.location, "ledger", &payload)?);
+        }
+
+        let mut stmt = self
+            .conn
+            .prepare("SELECT ledger, payload FROM logs ORDER BY seq")
+            .map_err(|e| read("cannot read logs", e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(|e| read("cannot read logs", e))?;
+        for row in rows {
+            let (ledger, payload) = row.map_err(|e| read("cannot read logs", e))?;
+            loaded
+                .logs
+                .push((ledger, decode(&self.location, "log", &payload)?));
+        }
+
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT d.id, d.url, d.event_type, d.body, d.created_at FROM webhook_deliveries d
+                 LEFT JOIN webhook_outcomes o ON o.delivery_id = d.id
+                 WHERE o.delivery_id IS NULL ORDER BY d.seq",
+            )
+            .map_err(|e| read("cannot read webhook deliveries", e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            })
+            .map_err(|e| read("cannot read webhook deliveries", e))?;
+        for row in rows {
+            let (id, url, event_type, body, created_at) =
+                row.map_err(|e| read("cannot read webhook deliveries", e))?;
+            let created_at = clock::parse(&created_at)
+                .map_err(|e| Error::new(ErrorKind::Storage, e).with("data", &self.location))?;
+            loaded.pending.push(StoredDelivery {
+                id,
+                url,
+                event_type,
+                body,
+                created_at,
+            });
+        }
+        Ok(loaded)
+    }
+
+    pub(crate) fn insert_ledger(&mut self, info: &LedgerInfo) -> Result<()> {
+        let payload = serde_json::to_string(info).expect("ledger info serialises");
+        self.conn
+            .execute(
+                "INSERT INTO ledgers (name, payload, created_at) VALUES (?1, ?2, ?3)",
+                params![info.name, payload, clock::format(&info.added_at)],
+            )
+            .map_err(|e| self.err("cannot store the ledger", &e))?;
+        Ok(())
+    }
+
+    /// Stores log entries of `ledger` and event deliveries atomically.
+    pub(crate) fn commit(
+        &mut self,
+        ledger: &str,
+        logs: &[&Log],
+        deliveries: &[StoredDelivery],
+    ) -> Result<()> {
+        if logs.is_empty() && deliveries.is_empty() {
+            return Ok(());
+        }
+        let location = self.location.clone();
+        let fail = |e: rusqlite::Error| storage(&location, "cannot commit to the log", &e);
+        let tx = self.conn.transaction().map_err(&fail)?;
+        {
+            let mut insert_log = tx
+                .prepare_cached(
+                    "INSERT INTO logs (ledger, log_id, type, idempotency_key, idempotency_hash, payload, at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                )
+                .map_err(&fail)?;
+            for log in logs {
+                let payload = serde_json::to_string(log).expect("logs serialise");
+                insert_log
+                    .execute(params![
+                        ledger,
+                        i64::try_from(log.id).unwrap_or(i64::MAX),
+                        log.data.type_name(),
+                        log.idempotency_key,
+                        log.idempotency_hash,
+                        payload,
+                        clock::format(&log.date),
+                    ])
+                    .map_err(&fail)?;
+            }
+            let mut insert_delivery = tx
+                .prepare_cached(
+                    "INSERT INTO webhook_deliveries (id, url, event_type, body, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .map_err(&fail)?;
+            for d in deliveries {
+                insert_delivery
+                    .execute(params![
+                        d.id,
+                        d.url,
+                        d.event_type,
+                        d.body,
+                        clock::format(&d.created_at)
+                    ])
+                    .map_err(&fail)?;
+            }
+        }
+        tx.commit().map_err(&fail)
+    }
+
+    /// Records how a delivery ended; a second outcome for the same delivery is
+    /// ignored (the first one wins).
+    pub(crate) fn record_outcome(
+        &mut self,
+        delivery_id: &str,
+        outcome: DeliveryOutcome,
+        attempts: u32,
+        detail: Option<&str>,
+    ) -> Result<()> {
+        let existing: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT outcome FROM webhook_outcomes WHERE delivery_id = ?1",
+                [delivery_id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err("cannot read a webhook outcome", &e))?;
+        if existing.is_some() {
+            return Ok(());
+        }
+        self.conn
+            .execute(
+                "INSERT INTO webhook_outcomes (delivery_id, outcome, attempts, detail, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![delivery_id, outcome.as_str(), attempts, detail, clock::format(&clock::now())],
+            )
+            .map_err(|e| self.err("cannot record a webhook outcome", &e))?;
+        Ok(())
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(location: &str, what: &str, payload: &str) -> Result<T> {
+    serde_json::from_str(payload).map_err(|e| {
+        Error::new(
+            ErrorKind::Storage,
+            format!("cannot decode a stored {what}: {e}"),
+        )
+        .with("data", location)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_refuse_updates_and_deletes() {
+        let journal = Journal::open(None).unwrap();
+        let info = LedgerInfo {
+            name: "l".into(),
+            added_at: clock::now(),
+            bucket: "_default".into(),
+            metadata: Default::default(),
+            features: Default::default(),
+            id: 1,
+        };
+        let mut journal = journal;
+        journal.insert_ledger(&info).unwrap();
+        let err = journal.conn.execute("DELETE FROM ledgers", []).unwrap_err();
+        assert!(err.to_string().contains("append-only"), "{err}");
+        let err = journal
+            .conn
+            .execute("UPDATE ledgers SET name = 'x'", [])
+            .unwrap_err();
+        assert!(err.to_string().contains("append-only"), "{err}");
+    }
+
+    #[test]
+    fn pending_deliveries_are_those_without_outcome() {
+        let mut journal = Journal::open(None).unwrap();
+        let d = |id: &str| StoredDelivery {
+            id: id.into(),
+            url: "http://127.0.0.1:9/h".into(),
+            event_type: "ledger.saved_metadata".into(),
+            body: "{}".into(),
+            created_at: clock::now(),
+        };
+        journal.commit("l", &[], &[d("a"), d("b")]).unwrap();
+        journal
+            .record_outcome("a", DeliveryOutcome::Delivered, 1, None)
+            .unwrap();
+        journal
+            .record_outcome("a", DeliveryOutcome::Failed, 2, None)
+            .unwrap();
+        let pending = journal.load().unwrap().pending;
+        assert_eq!(
+            pending.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(),
+            ["b"]
+        );
+    }
+}

@@ -1,0 +1,300 @@
+//! The filter language of list and aggregate endpoints (go-libs `query`), the
+//! subset we use: `$match`, `$exists`, `$and`, `$or`, `$not`.
+//!
+//! Address patterns (FORMANCE.md §6): an empty segment matches any one segment with
+//! the segment count fixed (`merchants::available`), and a trailing `...` matches
+//! any number of further segments (`merchants:...`). So `merchants:4471:` matches
+//! `merchants:4471:available` but not `merchants:4471:payouts:pending`.
+
+use serde_json::{Map, Value};
+
+use crate::errors::ApiError;
+use crate::model::Transaction;
+use crate::state::AccountState;
+
+/// What a filter is applied to; decides which fields exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resource {
+    Accounts,
+    Transactions,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Field {
+    /// Accounts: the address.
+    Address,
+    /// Transactions: any posting's source or destination.
+    Account,
+    Source,
+    Destination,
+    Reference,
+    Id,
+    Reverted,
+    Metadata(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Filter {
+    All,
+    Match(Field, Value),
+    /// `{"$exists": {"metadata": "key"}}`
+    MetadataExists(String),
+    And(Vec<Filter>),
+    Or(Vec<Filter>),
+    Not(Box<Filter>),
+}
+
+/// A parsed filter for one resource.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Query {
+    filter: Filter,
+}
+
+impl Query {
+    /// Parses a filter document; `null` or `{}` matches everything.
+    pub(crate) fn parse(resource: Resource, document: &Value) -> Result<Self, ApiError> {
+        let filter = match document {
+            Value::Null => Filter::All,
+            Value::Object(map) if map.is_empty() => Filter::All,
+            other => parse_filter(resource, other)?,
+        };
+        Ok(Self { filter })
+    }
+
+    pub(crate) fn matches_account(&self, account: &AccountState) -> bool {
+        eval(
+            &self.filter,
+            &|field, value| match field {
+                Field::Address => value
+                    .as_str()
+                    .is_some_and(|p| address_matches(p, &account.address)),
+                Field::Metadata(key) => {
+                    account.metadata.get(key).map(String::as_str) == value.as_str()
+                }
+                _ => false,
+            },
+            &|key| account.metadata.contains_key(key),
+        )
+    }
+
+    pub(crate) fn matches_transaction(&self, tx: &Transaction) -> bool {
+        eval(
+            &self.filter,
+            &|field, value| match field {
+                Field::Reference => tx.reference.as_deref() == value.as_str() && value.is_string(),
+                Field::Id => value.as_u64() == Some(tx.id),
+                Field::Reverted => value.as_bool() == Some(tx.reverted),
+                Field::Metadata(key) => {
+                    tx.metadata.get(key).map(String::as_str) == value.as_str() && value.is_string()
+                }
+                Field::Account | Field::Source | Field::Destination => {
+                    let Some(pattern) = value.as_str() else {
+                        return false;
+                    };
+                    tx.postings.iter().any(|p| {
+                        let source = matches!(field, Field::Account | Field::Source)
+                            && address_matches(pattern, p.source.as_str());
+                        let destination = matches!(field, Field::Account | Field::Destination)
+                            && address_matches(pattern, p.destination.as_str());
+                        source || destination
+                    })
+                }
+                Field::Address => false,
+            },
+            &|key| tx.metadata.contains_key(key),
+        )
+    }
+}
+
+fn eval(
+    filter: &Filter,
+    field: &dyn Fn(&Field, &Value) -> bool,
+    exists: &dyn Fn(&str) -> bool,
+) -> bool {
+    match filter {
+        Filter::All => true,
+        Filter::Match(f, v) => field(f, v),
+        Filter::MetadataExists(key) => exists(key),
+        Filter::And(items) => items.iter().all(|f| eval(f, field, exists)),
+        Filter::Or(items) => items.iter().any(|f| eval(f, field, exists)),
+        Filter::Not(inner) => !eval(inner, field, exists),
+    }
+}
+
+fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::validation(format!("invalid query: {}", message.into()))
+}
+
+fn single(map: &Map<String, Value>, operator: &str) -> Result<(String, Value), ApiError> {
+    if map.len() != 1 {
+        return Err(invalid(format!(
+            "{operator} takes exactly one field, got {}",
+            map.len()
+        )));
+    }
+    let (k, v) = map.iter().next().expect("one entry");
+    Ok((k.clone(), v.clone()))
+}
+
+fn parse_filter(resource: Resource, value: &Value) -> Result<Filter, ApiError> {
+    let Value::Object(map) = value else {
+        return Err(invalid(format!("a filter is a JSON object, got {value}")));
+    };
+    let (operator, argument) = single(map, "a filter")?;
+    match operator.as_str() {
+        "$and" | "$or" => {
+            let Value::Array(items) = argument else {
+                return Err(invalid(format!("{operator} takes an array of filters")));
+            };
+            let items = items
+                .iter()
+                .map(|item| parse_filter(resource, item))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(if operator == "$and" {
+                Filter::And(items)
+            } else {
+                Filter::Or(items)
+            })
+        }
+        "$not" => Ok(Filter::Not(Box::new(parse_filter(resource, &argument)?))),
+        "$match" => {
+            let Value::Object(fields) = argument else {
+                return Err(invalid("$match takes an object {field: value}"));
+            };
+            let (name, expected) = single(&fields, "$match")?;
+            let field = parse_field(resource, &name)?;
+            let type_ok = match field {
+                Field::Id => expected.is_u64(),
+                Field::Reverted => expected.is_boolean(),
+                _ => expected.is_string(),
+            };
+            if !type_ok {
+                return Err(invalid(format!(
+                    "{expected} is not a valid value for {name}"
+                )));
+            }
+            Ok(Filter::Match(field, expected))
+        }
+        "$exists" => {
+            let Value::Object(fields) = argument else {
+                return Err(invalid("$exists takes an object {\"metadata\": \"key\"}"));
+            };
+            match single(&fields, "$exists")? {
+                (name, Value::String(key)) if name == "metadata" => Ok(Filter::MetadataExists(key)),
+                (name, _) => Err(invalid(format!(
+                    "$exists supports only {{\"metadata\": \"key\"}}, got {name}"
+                ))),
+            }
+        }
+        other => Err(invalid(format!(
+            "operator {other} is not supported by the dev ledger ($match, $exists, $and, $or, $not are)"
+        ))),
+    }
+}
+
+fn parse_field(resource: Resource, name: &str) -> Result<Field, ApiError> {
+    if let Some(key) = name
+        .strip_prefix("metadata[")
+        .and_then(|k| k.strip_suffix(']'))
+    {
+        return Ok(Field::Metadata(key.to_owned()));
+    }
+    let field = match (resource, name) {
+        (Resource::Accounts, "address") => Field::Address,
+        (Resource::Transactions, "account") => Field::Account,
+        (Resource::Transactions, "source") => Field::Source,
+        (Resource::Transactions, "destination") => Field::Destination,
+        (Resource::Transactions, "reference") => Field::Reference,
+        (Resource::Transactions, "id") => Field::Id,
+        (Resource::Transactions, "reverted") => Field::Reverted,
+        _ => {
+            let supported = match resource {
+                Resource::Accounts => "address, metadata[key]",
+                Resource::Transactions => {
+                    "account, source, destination, reference, id, reverted, metadata[key]"
+                }
+            };
+            return Err(invalid(format!(
+                "unknown field {name:?} (supported: {supported})"
+            )));
+        }
+    };
+    Ok(field)
+}
+
+/// Whether `address` matches `pattern` (exact, empty-segment wildcards, trailing `...`).
+pub(crate) fn address_matches(pattern: &str, address: &str) -> bool {
+    let (fixed, open) = match pattern.strip_suffix("...") {
+        Some(prefix) => (prefix.strip_suffix(':').unwrap_or(prefix), true),
+        None => (pattern, false),
+    };
+    let wanted: Vec<&str> = if fixed.is_empty() {
+        Vec::new()
+    } else {
+        fixed.split(':').collect()
+    };
+    let segments: Vec<&str> = address.split(':').collect();
+    let count_ok = if open {
+        segments.len() > wanted.len()
+    } else {
+        segments.len() == wanted.len()
+    };
+    count_ok
+        && wanted
+            .iter()
+            .zip(&segments)
+            .all(|(w, s)| w.is_empty() || w == s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn address_patterns() {
+        assert!(address_matches(
+            "merchants:4471:available",
+            "merchants:4471:available"
+        ));
+        assert!(address_matches(
+            "merchants:4471:",
+            "merchants:4471:available"
+        ));
+        assert!(!address_matches(
+            "merchants:4471:",
+            "merchants:4471:payouts:pending"
+        ));
+        assert!(address_matches(
+            "merchants::available",
+            "merchants:9:available"
+        ));
+        assert!(address_matches(
+            "merchants:...",
+            "merchants:4471:payouts:pending"
+        ));
+        assert!(address_matches(
+            "merchants:4471:...",
+            "merchants:4471:available"
+        ));
+        assert!(!address_matches("merchants:...", "merchants"));
+        assert!(!address_matches("merchants:...", "world"));
+        assert!(address_matches("...", "world"));
+        assert!(!address_matches("merchants", "merchants:4471"));
+    }
+
+    #[test]
+    fn parse_errors_are_validation() {
+        for bad in [
+            json!({"$match": {"address": "a", "x": "b"}}),
+            json!({"$lt": {"id": 3}}),
+            json!({"$match": {"nope": "x"}}),
+            json!([1]),
+        ] {
+            let err = Query::parse(Resource::Accounts, &bad).unwrap_err();
+            assert_eq!(err.code, crate::errors::ErrorCode::Validation, "{bad}");
+        }
+        let ok = json!({"$and": [{"$match": {"reference": "r"}}, {"$not": {"$exists": {"metadata": "k"}}}]});
+        Query::parse(Resource::Transactions, &ok).unwrap();
+    }
+}
