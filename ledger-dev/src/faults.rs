@@ -111,6 +111,12 @@ impl FaultPlan {
                 self.error_ratio
             ));
         }
+        if !(0.0..=1.0).contains(&self.timeout_after_commit_ratio) {
+            return Err(format!(
+                "timeoutAfterCommitRatio must be within 0..=1, got {}",
+                self.timeout_after_commit_ratio
+            ));
+        }
         let status_ok = |s: u16| {
             StatusCode::from_u16(s).is_ok_and(|s| s.is_client_error() || s.is_server_error())
         };
