@@ -45,6 +45,16 @@ pub enum Command {
     DevLedger(outbox_ledger_dev::DevLedgerArgs),
 }
 
+impl Command {
+    pub fn is_demo(&self) -> bool {
+        #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
+        if matches!(self, Self::Demo(_)) {
+            return true;
+        }
+        false
+    }
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct RelayArgs {
     #[arg(long, env = "OUTBOX_DATABASE")]

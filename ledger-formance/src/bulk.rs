@@ -7,13 +7,13 @@
 //!   [`PostOutcome::Accepted`] (with the original transaction id). A caller that
 //!   must tell a replay from a first post — the relay re-sending its uncertain
 //!   window after a crash — posts those events one by one.
-//! - **Processing stops at the first element that does not commit.** The request
-//!   is sent without `continueOnFailure`, so Formance runs elements in order and
-//!   reports every element after a failure as `INTERNAL` "context canceled"
-//!   (transient: it never ran). Later chunks are then not sent either. Going on
-//!   past a failure could commit an account's next event before the one that failed.
+//! - **Elements are independent.** The request is sent with `continueOnFailure`,
+//!   so one refused element (say INSUFFICIENT_FUND) does not cancel the others, and
+//!   every chunk is sent. This is safe because the `Ledger::post_bulk` contract
+//!   requires independent items: the relay puts at most one event per account in a
+//!   bulk (the head of each account), so no element's order depends on another's.
 
-use outbox_core::{BulkItem, Error, ErrorKind, EventId, PostOutcome, Result};
+use outbox_core::{BulkItem, Error, ErrorKind, PostOutcome, Result};
 use reqwest::StatusCode;
 use serde_json::value::RawValue;
 
@@ -29,27 +29,18 @@ impl FormanceLedger {
         items: &[BulkItem<'_>],
     ) -> Result<Vec<Result<PostOutcome>>> {
         let mut results = Vec::with_capacity(items.len());
-        let mut halted = false;
         for chunk in items.chunks(self.max_bulk) {
-            if halted {
-                results.extend(chunk.iter().map(|item| Err(not_sent(item.key))));
-                continue;
-            }
             match self.post_chunk(chunk).await {
-                Ok(chunk_results) => {
-                    halted = !chunk_results.iter().all(is_committed);
-                    results.extend(chunk_results);
+                Ok(chunk_results) => results.extend(chunk_results),
+                // Nothing is known yet: let the caller treat the whole call as failed.
+                Err(error) if results.is_empty() && chunk.len() == items.len() => {
+                    return Err(error);
                 }
-                Err(error) if results.is_empty() => return Err(error),
-                Err(error) => {
-                    // An earlier chunk committed; this one's fate is unknown per item.
-                    halted = true;
-                    results.extend(
-                        chunk
-                            .iter()
-                            .map(|item| Err(error.clone().with("event_id", item.key))),
-                    );
-                }
+                Err(error) => results.extend(
+                    chunk
+                        .iter()
+                        .map(|item| Err(error.clone().with("event_id", item.key))),
+                ),
             }
         }
         Ok(results)
@@ -57,37 +48,41 @@ impl FormanceLedger {
 
     /// One `_bulk` call for at most `bulk_max_size` items.
     async fn post_chunk(&self, chunk: &[BulkItem<'_>]) -> Result<Vec<Result<PostOutcome>>> {
+        // A body that is not JSON would spoil the whole request: it fails alone.
         let mut elements = Vec::with_capacity(chunk.len());
-        let mut unreadable = None;
+        let mut sendable = Vec::with_capacity(chunk.len());
+        let mut slots: Vec<Option<Result<PostOutcome>>> = Vec::with_capacity(chunk.len());
         for item in chunk {
             match serde_json::from_slice::<&RawValue>(item.body) {
-                Ok(data) => elements.push(BulkElement {
-                    action: "CREATE_TRANSACTION",
-                    ik: item.key.to_string(),
-                    data,
-                }),
-                Err(e) => {
-                    // A body that is not JSON would spoil the whole request; it fails
-                    // alone and, like any failure, halts what follows it.
-                    unreadable = Some(
-                        Error::invalid("body", format!("the stored body is not JSON: {e}"))
-                            .with("event_id", item.key),
-                    );
-                    break;
+                Ok(data) => {
+                    elements.push(BulkElement {
+                        action: "CREATE_TRANSACTION",
+                        ik: item.key.to_string(),
+                        data,
+                    });
+                    sendable.push(*item);
+                    slots.push(None);
                 }
+                Err(e) => slots.push(Some(Err(Error::invalid(
+                    "body",
+                    format!("the stored body is not JSON: {e}"),
+                )
+                .with("event_id", item.key)))),
             }
         }
-        let sent = elements.len();
-        let mut results = if sent == 0 {
-            Vec::with_capacity(chunk.len())
+        let mut sent = if elements.is_empty() {
+            Vec::new()
         } else {
-            self.send_elements(&chunk[..sent], &elements).await?
-        };
-        if let Some(error) = unreadable {
-            results.push(Err(error));
-            results.extend(chunk[sent + 1..].iter().map(|item| Err(not_sent(item.key))));
+            self.send_elements(&sendable, &elements).await?
         }
-        Ok(results)
+        .into_iter();
+        Ok(slots
+            .into_iter()
+            .map(|slot| {
+                slot.or_else(|| sent.next())
+                    .unwrap_or_else(|| Err(Error::new(ErrorKind::Internal, "bulk result missing")))
+            })
+            .collect())
     }
 
     async fn send_elements(
@@ -101,7 +96,10 @@ impl FormanceLedger {
                 format!("cannot encode the bulk request: {e}"),
             )
         })?;
-        let request = Request::post(self.url(&["_bulk"]), &body);
+        let mut url = self.url(&["_bulk"]);
+        url.query_pairs_mut()
+            .append_pair("continueOnFailure", "true");
+        let request = Request::post(url, &body);
         let answer = self.execute(&request).await.map_err(|e| request.fail(e))?;
         // 200 when every element committed, 400 when one failed; both list every element.
         let listed = (answer.status.is_success() || answer.status == StatusCode::BAD_REQUEST)
@@ -169,20 +167,4 @@ impl FormanceLedger {
             )),
         }
     }
-}
-
-fn is_committed(result: &Result<PostOutcome>) -> bool {
-    matches!(
-        result,
-        Ok(PostOutcome::Accepted { .. } | PostOutcome::Replayed { .. })
-    )
-}
-
-fn not_sent(key: EventId) -> Error {
-    Error::new(
-        ErrorKind::Ledger,
-        "not sent: an earlier element of the batch did not commit, and posting past it could reorder an account's events",
-    )
-    .with("event_id", key)
-    .transient(None)
 }

@@ -103,9 +103,8 @@ pub(crate) fn classify_element(code: &str, description: &str) -> Refusal {
         return refusal;
     }
     let error = Error::new(ErrorKind::Ledger, description).with("error_code", code);
-    // Without `continueOnFailure` every element after the first failure reports
-    // INTERNAL "context canceled": it was never run, so sending it again is right.
-    // A genuine INTERNAL is a server fault and just as retryable.
+    // INTERNAL is a server fault (or "context canceled": the element never ran), so
+    // sending it again under the same key is right.
     if code == "INTERNAL" {
         Refusal::Failed(error.transient(None))
     } else {

@@ -22,7 +22,7 @@ type Canned = (u16, Vec<(&'static str, String)>, String);
 #[derive(Default)]
 struct Script {
     answers: VecDeque<Canned>,
-    /// (method, path, body) of every request.
+    /// (method, path and query, body) of every request.
     seen: Vec<(Method, String, Bytes)>,
 }
 
@@ -30,7 +30,10 @@ type Shared = Arc<Mutex<Script>>;
 
 async fn answer(State(script): State<Shared>, method: Method, uri: Uri, body: Bytes) -> Response {
     let mut script = script.lock().unwrap();
-    script.seen.push((method, uri.path().to_owned(), body));
+    let target = uri
+        .path_and_query()
+        .map_or_else(|| uri.path().to_owned(), ToString::to_string);
+    script.seen.push((method, target, body));
     let (status, headers, body) = script.answers.pop_front().expect("an answer is scripted");
     let mut map = HeaderMap::new();
     map.insert("content-type", "application/json".parse().unwrap());
@@ -221,12 +224,13 @@ async fn a_bulk_answer_with_the_wrong_count_is_a_permanent_error() {
 }
 
 #[tokio::test]
-async fn a_bulk_item_that_is_not_json_fails_alone_and_halts_what_follows() {
-    let one = format!(
-        r#"{{"data":[{{"responseType":"CREATE_TRANSACTION","logID":1,"data":{}}}]}}"#,
-        tx(1, "a")
+async fn a_bulk_item_that_is_not_json_fails_alone_and_the_others_are_sent() {
+    let two = format!(
+        r#"{{"data":[{{"responseType":"CREATE_TRANSACTION","logID":1,"data":{}}},{{"responseType":"CREATE_TRANSACTION","logID":2,"data":{}}}]}}"#,
+        tx(1, "a"),
+        tx(2, "b")
     );
-    let (ledger, script) = scripted(vec![(200, vec![], one)]).await;
+    let (ledger, script) = scripted(vec![(200, vec![], two)]).await;
     let items = [
         BulkItem {
             key: EventId::new(),
@@ -244,16 +248,23 @@ async fn a_bulk_item_that_is_not_json_fails_alone_and_halts_what_follows() {
     let results = ledger.post_bulk(&items).await.unwrap();
     assert_eq!(results[0], Ok(PostOutcome::Accepted { transaction_id: 1 }));
     assert_eq!(results[1].as_ref().unwrap_err().field(), Some("body"));
-    assert!(results[2].as_ref().unwrap_err().is_transient());
+    assert_eq!(results[2], Ok(PostOutcome::Accepted { transaction_id: 2 }));
 
-    // Only the readable prefix went out, each element with its key and verbatim body.
+    // The readable elements went out, each with its key and verbatim body, and the
+    // call asks the ledger to go on past a failed element (items are independent).
     let seen = &script.lock().unwrap().seen;
     assert_eq!(seen.len(), 1);
+    assert!(
+        seen[0].1.contains("continueOnFailure=true"),
+        "{}",
+        seen[0].1
+    );
     let sent: Value = serde_json::from_slice(&seen[0].2).unwrap();
     let elements = sent.as_array().unwrap();
-    assert_eq!(elements.len(), 1);
+    assert_eq!(elements.len(), 2);
     assert_eq!(elements[0]["action"], "CREATE_TRANSACTION");
     assert_eq!(elements[0]["ik"], items[0].key.to_string());
+    assert_eq!(elements[1]["ik"], items[2].key.to_string());
     assert!(
         std::str::from_utf8(&seen[0].2)
             .unwrap()

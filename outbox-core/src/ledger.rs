@@ -62,7 +62,9 @@ impl LedgerCapabilities {
 /// - A business refusal is `Ok(Rejected)`; a failure that may pass is an error with
 ///   [`crate::Retry::Transient`] (5xx, 408, 429, connect errors, timeouts), honouring
 ///   `Retry-After`. Every other error is permanent.
-/// - `post_bulk` answers one result per item, in order.
+/// - `post_bulk` answers one result per item, in order. Items are independent: the
+///   caller puts at most one event per account in a call (the relay sends the head
+///   of each account), so one item's refusal or failure must not stop the others.
 #[async_trait]
 pub trait Ledger: Send + Sync + 'static {
     fn capabilities(&self) -> LedgerCapabilities;

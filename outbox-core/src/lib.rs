@@ -9,7 +9,7 @@ pub mod ledger;
 pub mod relay;
 pub mod store;
 
-pub use dispatch::{DispatchConfig, Dispatcher, RunMode, Summary};
+pub use dispatch::{Backoff, DispatchConfig, Dispatcher, RunMode, Summary};
 pub use domain::*;
 pub use error::{Error, ErrorKind, Result, Retry};
 pub use exception::{Exception, ExceptionKind, NewException};

@@ -32,7 +32,12 @@ impl SqliteConfig {
             .strip_prefix("sqlite://")
             .or_else(|| url.strip_prefix("sqlite:"))
             .filter(|p| !p.is_empty())
-            .ok_or_else(|| outbox_core::Error::invalid("database", format!("{url:?} is not a sqlite://PATH URL")))?;
+            .ok_or_else(|| {
+                outbox_core::Error::invalid(
+                    "database",
+                    format!("{url:?} is not a sqlite://PATH URL"),
+                )
+            })?;
         Ok(Self::new(path))
     }
 }

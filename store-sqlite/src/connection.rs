@@ -17,8 +17,16 @@ pub fn connect(config: &SqliteConfig) -> outbox_core::Result<Connection> {
     let conn = Connection::open(&config.path).storage()?;
     conn.busy_timeout(config.busy_timeout).storage()?;
     conn.pragma_update(None, "journal_mode", "WAL").storage()?;
-    conn.pragma_update(None, "synchronous", if config.synchronous_full { "FULL" } else { "NORMAL" })
-        .storage()?;
+    conn.pragma_update(
+        None,
+        "synchronous",
+        if config.synchronous_full {
+            "FULL"
+        } else {
+            "NORMAL"
+        },
+    )
+    .storage()?;
     conn.pragma_update(None, "foreign_keys", "ON").storage()?;
     Ok(conn)
 }
@@ -26,8 +34,12 @@ pub fn connect(config: &SqliteConfig) -> outbox_core::Result<Connection> {
 /// Applies the migrations not yet applied (tracked in `PRAGMA user_version`), in one
 /// immediate transaction so that concurrent starts do not race.
 pub fn migrate(conn: &mut Connection) -> outbox_core::Result<()> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).storage()?;
-    let applied: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0)).storage()?;
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .storage()?;
+    let applied: i64 = tx
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .storage()?;
     for (version, sql) in (1_i64..).zip(MIGRATIONS) {
         if version > applied {
             tx.execute_batch(sql).storage()?;

@@ -28,23 +28,33 @@ pub fn enqueue(conn: &Connection, event: &NewEvent) -> outbox_core::Result<Outbo
     event.command.validate()?;
     if let Some(id) = event.event_id {
         let exists = conn
-            .query_row("SELECT 1 FROM outbox_events WHERE event_id = ?1", [id.to_string()], |_| Ok(()))
+            .query_row(
+                "SELECT 1 FROM outbox_events WHERE event_id = ?1",
+                [id.to_string()],
+                |_| Ok(()),
+            )
             .optional()
             .storage()?
             .is_some();
         if exists {
-            return Err(Error::invalid("event_id", format!("{id} is already enqueued")));
+            return Err(Error::invalid(
+                "event_id",
+                format!("{id} is already enqueued"),
+            ));
         }
     }
     // Safe without a counter row: the transaction holds (or, at the INSERT below,
     // must take) SQLite's single write lock; a deferred transaction whose snapshot went
     // stale meanwhile gets BUSY (transient) instead of a duplicate sequence.
     let sequence: i64 = conn
-        .prepare_cached("SELECT coalesce(max(sequence), 0) + 1 FROM outbox_events WHERE account = ?1")
+        .prepare_cached(
+            "SELECT coalesce(max(sequence), 0) + 1 FROM outbox_events WHERE account = ?1",
+        )
         .storage()?
         .query_row([event.account.as_str()], |row| row.get(0))
         .storage()?;
-    let sequence = u64::try_from(sequence).map_err(|_| Error::new(ErrorKind::Internal, "negative sequence counter"))?;
+    let sequence = u64::try_from(sequence)
+        .map_err(|_| Error::new(ErrorKind::Internal, "negative sequence counter"))?;
     let (event_id, payload) = event.encode(sequence)?;
     let created_at = time::now_micros();
     let position: i64 = conn
@@ -54,7 +64,13 @@ pub fn enqueue(conn: &Connection, event: &NewEvent) -> outbox_core::Result<Outbo
         )
         .storage()?
         .query_row(
-            params![event_id.to_string(), event.account.as_str(), sequence as i64, payload.as_bytes(), created_at],
+            params![
+                event_id.to_string(),
+                event.account.as_str(),
+                sequence as i64,
+                payload.as_bytes(),
+                created_at
+            ],
             |row| row.get(0),
         )
         .storage()?;

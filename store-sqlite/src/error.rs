@@ -12,7 +12,9 @@ pub fn map(err: rusqlite::Error) -> Error {
             ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
                 Error::new(ErrorKind::Storage, format!("sqlite is busy: {text}")).transient(None)
             }
-            ErrorCode::ConstraintViolation if text.contains("append-only") => Error::new(ErrorKind::Immutable, text),
+            ErrorCode::ConstraintViolation if text.contains("append-only") => {
+                Error::new(ErrorKind::Immutable, text)
+            }
             _ => Error::new(ErrorKind::Storage, format!("sqlite: {text}")),
         };
     }

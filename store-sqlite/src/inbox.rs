@@ -28,13 +28,23 @@ impl<'c> SqliteInbox<'c> {
 }
 
 fn corrupt(what: &str, e: outbox_core::Error) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, format!("{what}: {e}").into())
+    rusqlite::Error::FromSqlConversionFailure(
+        0,
+        rusqlite::types::Type::Text,
+        format!("{what}: {e}").into(),
+    )
 }
 
 impl Inbox for SqliteInbox<'_> {
-    async fn is_processed(&mut self, consumer: &str, instruction_id: &str) -> outbox_core::Result<bool> {
+    async fn is_processed(
+        &mut self,
+        consumer: &str,
+        instruction_id: &str,
+    ) -> outbox_core::Result<bool> {
         self.conn
-            .prepare_cached("SELECT 1 FROM inbox_messages WHERE consumer = ?1 AND instruction_id = ?2")
+            .prepare_cached(
+                "SELECT 1 FROM inbox_messages WHERE consumer = ?1 AND instruction_id = ?2",
+            )
             .storage()?
             .query_row([consumer, instruction_id], |_| Ok(()))
             .optional()
@@ -42,9 +52,15 @@ impl Inbox for SqliteInbox<'_> {
             .map(|found| found.is_some())
     }
 
-    async fn last_applied(&mut self, consumer: &str, account: &Account) -> outbox_core::Result<u64> {
+    async fn last_applied(
+        &mut self,
+        consumer: &str,
+        account: &Account,
+    ) -> outbox_core::Result<u64> {
         self.conn
-            .prepare_cached("SELECT last_applied FROM inbox_accounts WHERE consumer = ?1 AND account = ?2")
+            .prepare_cached(
+                "SELECT last_applied FROM inbox_accounts WHERE consumer = ?1 AND account = ?2",
+            )
             .storage()?
             .query_row([consumer, account.as_str()], |row| row.get::<_, i64>(0))
             .optional()
@@ -52,7 +68,11 @@ impl Inbox for SqliteInbox<'_> {
             .map(|last| last.unwrap_or(0) as u64)
     }
 
-    async fn mark_applied(&mut self, consumer: &str, message: &InboxMessage) -> outbox_core::Result<()> {
+    async fn mark_applied(
+        &mut self,
+        consumer: &str,
+        message: &InboxMessage,
+    ) -> outbox_core::Result<()> {
         let now = time::now_micros();
         self.conn
             .prepare_cached(
@@ -80,7 +100,11 @@ impl Inbox for SqliteInbox<'_> {
             .map(drop)
     }
 
-    async fn hold(&mut self, consumer: &str, message: &InboxMessage) -> outbox_core::Result<HoldResult> {
+    async fn hold(
+        &mut self,
+        consumer: &str,
+        message: &InboxMessage,
+    ) -> outbox_core::Result<HoldResult> {
         let inserted = self
             .conn
             .prepare_cached(
@@ -112,24 +136,36 @@ impl Inbox for SqliteInbox<'_> {
         Ok(HoldResult::Occupied { instruction_id })
     }
 
-    async fn take_held(&mut self, consumer: &str, account: &Account, sequence: u64) -> outbox_core::Result<Option<InboxMessage>> {
+    async fn take_held(
+        &mut self,
+        consumer: &str,
+        account: &Account,
+        sequence: u64,
+    ) -> outbox_core::Result<Option<InboxMessage>> {
         self.conn
             .prepare_cached(
                 "DELETE FROM inbox_held WHERE consumer = ?1 AND account = ?2 AND sequence = ?3
                  RETURNING instruction_id, kind, payload",
             )
             .storage()?
-            .query_row(params![consumer, account.as_str(), sequence as i64], |row| {
-                let kind: String = row.get(1)?;
-                Ok(InboxMessage {
-                    instruction_id: row.get(0)?,
-                    account: account.clone(),
-                    sequence,
-                    kind: MessageKind::parse(&kind)
-                        .ok_or_else(|| corrupt("inbox_held.kind", outbox_core::Error::invalid("kind", kind.clone())))?,
-                    payload: row.get(2)?,
-                })
-            })
+            .query_row(
+                params![consumer, account.as_str(), sequence as i64],
+                |row| {
+                    let kind: String = row.get(1)?;
+                    Ok(InboxMessage {
+                        instruction_id: row.get(0)?,
+                        account: account.clone(),
+                        sequence,
+                        kind: MessageKind::parse(&kind).ok_or_else(|| {
+                            corrupt(
+                                "inbox_held.kind",
+                                outbox_core::Error::invalid("kind", kind.clone()),
+                            )
+                        })?,
+                        payload: row.get(2)?,
+                    })
+                },
+            )
             .optional()
             .storage()
     }
@@ -154,7 +190,8 @@ impl Inbox for SqliteInbox<'_> {
             .query_map([consumer], |row| {
                 let account: String = row.get(0)?;
                 Ok(HeldGap {
-                    account: Account::parse(&account).map_err(|e| corrupt("inbox_held.account", e))?,
+                    account: Account::parse(&account)
+                        .map_err(|e| corrupt("inbox_held.account", e))?,
                     last_applied: row.get::<_, i64>(1)? as u64,
                     lowest_held: row.get::<_, i64>(2)? as u64,
                     held_at: time::from_micros(row.get(3)?),

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outbox_core::{
-    Account, DeliveryOutcome, DeliveryRecord, Error, ErrorKind, EventId, Exception, ExceptionKind, Lag, NewException,
-    OutboxEvent, Payload, PollingRelay, Position, Store, StoreCapabilities, Wakeup,
+    Account, DeliveryOutcome, DeliveryRecord, Error, ErrorKind, EventId, Exception, ExceptionKind,
+    Lag, NewException, OutboxEvent, Payload, PollingRelay, Position, Store, StoreCapabilities,
+    Wakeup,
 };
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -30,7 +31,9 @@ struct Inner {
 
 impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteStore").field("path", &self.inner.config.path).finish()
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.config.path)
+            .finish()
     }
 }
 
@@ -79,7 +82,10 @@ impl SqliteStore {
     {
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || {
-            let mut conn = inner.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut conn = inner
+                .conn
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
             f(&mut conn)
         })
         .await
@@ -88,19 +94,31 @@ impl SqliteStore {
 }
 
 fn join_error(err: tokio::task::JoinError) -> Error {
-    Error::new(ErrorKind::Internal, format!("sqlite worker task failed: {err}"))
+    Error::new(
+        ErrorKind::Internal,
+        format!("sqlite worker task failed: {err}"),
+    )
 }
 
 fn row_position(position: Option<Position>) -> outbox_core::Result<i64> {
     match position {
         None => Ok(0),
         Some(Position::Row(row)) => Ok(row),
-        Some(other) => Err(Error::new(ErrorKind::Internal, format!("{other} is not a SQLite row position"))),
+        Some(other) => Err(Error::new(
+            ErrorKind::Internal,
+            format!("{other} is not a SQLite row position"),
+        )),
     }
 }
 
 fn internal(what: &str) -> impl Fn(outbox_core::Error) -> rusqlite::Error + '_ {
-    move |e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, format!("{what}: {e}").into())
+    move |e| {
+        rusqlite::Error::FromSqlConversionFailure(
+            0,
+            rusqlite::types::Type::Text,
+            format!("{what}: {e}").into(),
+        )
+    }
 }
 
 fn event_from_row(row: &Row<'_>) -> rusqlite::Result<OutboxEvent> {
@@ -122,8 +140,9 @@ fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<DeliveryRecord> {
     Ok(DeliveryRecord {
         event_id: EventId::parse(&event_id).map_err(internal("outbox_deliveries.event_id"))?,
         attempt: row.get(1)?,
-        outcome: DeliveryOutcome::parse(&outcome)
-            .ok_or_else(|| internal("outbox_deliveries.outcome")(Error::invalid("outcome", outcome.clone())))?,
+        outcome: DeliveryOutcome::parse(&outcome).ok_or_else(|| {
+            internal("outbox_deliveries.outcome")(Error::invalid("outcome", outcome.clone()))
+        })?,
         ledger_tx_id: row.get::<_, Option<i64>>(3)?.map(|id| id as u64),
         error_code: row.get(4)?,
         detail: row.get(5)?,
@@ -147,7 +166,10 @@ pub(crate) fn exception_from_row(row: &Row<'_>) -> rusqlite::Result<Exception> {
 }
 
 /// Inserts an exception unless an equal one exists; shared with the inbox.
-pub(crate) fn insert_exception(conn: &Connection, exception: &NewException) -> outbox_core::Result<bool> {
+pub(crate) fn insert_exception(
+    conn: &Connection,
+    exception: &NewException,
+) -> outbox_core::Result<bool> {
     let inserted = conn
         .prepare_cached(
             "INSERT INTO exceptions (source, kind, account, sequence, detail, detected_at)
@@ -173,7 +195,11 @@ impl Store for SqliteStore {
         StoreCapabilities::new(false, false)
     }
 
-    async fn read_committed(&self, after: Option<Position>, limit: usize) -> outbox_core::Result<Vec<OutboxEvent>> {
+    async fn read_committed(
+        &self,
+        after: Option<Position>,
+        limit: usize,
+    ) -> outbox_core::Result<Vec<OutboxEvent>> {
         let after = row_position(after)?;
         self.with_conn(move |conn| {
             let mut stmt = conn
@@ -182,7 +208,9 @@ impl Store for SqliteStore {
                      FROM outbox_events WHERE position > ?1 ORDER BY position LIMIT ?2",
                 )
                 .storage()?;
-            let rows = stmt.query_map(params![after, limit as i64], event_from_row).storage()?;
+            let rows = stmt
+                .query_map(params![after, limit as i64], event_from_row)
+                .storage()?;
             rows.collect::<rusqlite::Result<Vec<_>>>().storage()
         })
         .await
@@ -191,10 +219,14 @@ impl Store for SqliteStore {
     async fn load_cursor(&self, relay: &str) -> outbox_core::Result<Option<Position>> {
         let relay = relay.to_owned();
         self.with_conn(move |conn| {
-            conn.query_row("SELECT position FROM relay_cursors WHERE relay = ?1", [relay], |row| row.get(0))
-                .optional()
-                .storage()
-                .map(|p| p.map(Position::Row))
+            conn.query_row(
+                "SELECT position FROM relay_cursors WHERE relay = ?1",
+                [relay],
+                |row| row.get(0),
+            )
+            .optional()
+            .storage()
+            .map(|p| p.map(Position::Row))
         })
         .await
     }
@@ -252,7 +284,9 @@ impl Store for SqliteStore {
                      FROM outbox_deliveries WHERE event_id = ?1 ORDER BY id",
                 )
                 .storage()?;
-            let rows = stmt.query_map([event_id.to_string()], delivery_from_row).storage()?;
+            let rows = stmt
+                .query_map([event_id.to_string()], delivery_from_row)
+                .storage()?;
             rows.collect::<rusqlite::Result<Vec<_>>>().storage()
         })
         .await
@@ -260,7 +294,8 @@ impl Store for SqliteStore {
 
     async fn raise_exception(&self, exception: &NewException) -> outbox_core::Result<bool> {
         let exception = exception.clone();
-        self.with_conn(move |conn| insert_exception(conn, &exception)).await
+        self.with_conn(move |conn| insert_exception(conn, &exception))
+            .await
     }
 
     async fn exceptions(&self) -> outbox_core::Result<Vec<Exception>> {

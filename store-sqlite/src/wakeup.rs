@@ -12,7 +12,9 @@ static WAKEUPS: LazyLock<Mutex<HashMap<String, Wakeup>>> = LazyLock::new(Default
 
 /// The wake-up of the database file SQLite reports as `path`.
 pub(crate) fn for_path(path: &str) -> Wakeup {
-    let mut map = WAKEUPS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut map = WAKEUPS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     map.entry(path.to_owned()).or_default().clone()
 }
 
@@ -21,7 +23,9 @@ pub(crate) fn notify(path: &str) {
     if path.is_empty() {
         return; // in-memory database: no relay can share it
     }
-    let map = WAKEUPS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let map = WAKEUPS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(wakeup) = map.get(path) {
         wakeup.notify();
     }

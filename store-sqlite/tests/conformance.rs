@@ -3,7 +3,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use outbox_core::{Accepted, Error, ErrorKind, Exception, GapAlarm, InboxEngine, InboxMessage, NewEvent, OutboxEvent, Relay, Result, Store};
+use outbox_core::{
+    Accepted, Error, ErrorKind, Exception, GapAlarm, InboxEngine, InboxMessage, NewEvent,
+    OutboxEvent, Relay, Result, Store,
+};
 use outbox_store_sqlite::{SqliteConfig, SqliteInbox, SqliteStore, connect, enqueue, map_error};
 use outbox_testkit::{InboxHarness, StoreHarness, fixtures};
 use rusqlite::Connection;
@@ -32,7 +35,11 @@ impl StoreHarness for Sqlite {
         let dir = TempDir::new().expect("temp dir");
         let config = SqliteConfig::new(dir.path().join("outbox.db"));
         let store = SqliteStore::open(config.clone()).await.expect("open store");
-        Self { _dir: Arc::new(dir), config, store }
+        Self {
+            _dir: Arc::new(dir),
+            config,
+            store,
+        }
     }
 
     fn store(&self) -> SqliteStore {
@@ -40,7 +47,9 @@ impl StoreHarness for Sqlite {
     }
 
     async fn reopen(&self) -> SqliteStore {
-        SqliteStore::open(self.config.clone()).await.expect("reopen store")
+        SqliteStore::open(self.config.clone())
+            .await
+            .expect("reopen store")
     }
 
     async fn relay(&self, store: &SqliteStore, name: &str) -> Box<dyn Relay> {
@@ -72,7 +81,10 @@ impl StoreHarness for Sqlite {
             let tx = conn
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                 .map_err(storage)?;
-            let stored = events.iter().map(|e| enqueue(&tx, e)).collect::<Result<Vec<_>>>()?;
+            let stored = events
+                .iter()
+                .map(|e| enqueue(&tx, e))
+                .collect::<Result<Vec<_>>>()?;
             tx.commit().map_err(storage)?;
             Ok(stored)
         })
@@ -115,9 +127,16 @@ impl InboxHarness for SqliteConsumer {
         Self { _dir: dir, config }
     }
 
-    async fn accept(&self, engine: &InboxEngine, message: InboxMessage, fail_handler: bool) -> Result<Accepted> {
+    async fn accept(
+        &self,
+        engine: &InboxEngine,
+        message: InboxMessage,
+        fail_handler: bool,
+    ) -> Result<Accepted> {
         let mut conn = self.conn();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(storage)?;
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(storage)?;
         let consumer = engine.consumer().to_owned();
         let mut handler = |inbox: &mut SqliteInbox<'_>, m: &InboxMessage| -> Result<()> {
             if fail_handler {
@@ -162,10 +181,12 @@ impl InboxHarness for SqliteConsumer {
         let mut stmt = conn
             .prepare("SELECT instruction_id, account, sequence FROM inbox_messages WHERE consumer = ?1 ORDER BY account, sequence")
             .expect("prepare");
-        stmt.query_map([consumer], |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64)))
-            .expect("query")
-            .collect::<rusqlite::Result<_>>()
-            .expect("rows")
+        stmt.query_map([consumer], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64))
+        })
+        .expect("query")
+        .collect::<rusqlite::Result<_>>()
+        .expect("rows")
     }
 
     async fn held(&self, consumer: &str) -> Vec<(String, u64)> {
@@ -180,7 +201,12 @@ impl InboxHarness for SqliteConsumer {
     }
 
     async fn exceptions(&self) -> Vec<Exception> {
-        SqliteStore::open(self.config.clone()).await.expect("open").exceptions().await.expect("exceptions")
+        SqliteStore::open(self.config.clone())
+            .await
+            .expect("open")
+            .exceptions()
+            .await
+            .expect("exceptions")
     }
 }
 

@@ -41,6 +41,8 @@ async fn enqueue_outside_a_transaction_is_refused() {
     let conn = connect(&config).unwrap();
     let err = enqueue(&conn, &payout("1", 1)).expect_err("autocommit enqueue accepted");
     assert_eq!(err.field(), Some("transaction"), "{err}");
-    let rows: i64 = conn.query_row("SELECT count(*) FROM outbox_events", [], |r| r.get(0)).unwrap();
+    let rows: i64 = conn
+        .query_row("SELECT count(*) FROM outbox_events", [], |r| r.get(0))
+        .unwrap();
     assert_eq!(rows, 0);
 }

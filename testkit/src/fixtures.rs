@@ -1,7 +1,8 @@
 //! Events and messages the suites build.
 
 use outbox_core::{
-    Account, Amount, Asset, InboxMessage, LedgerCommand, Metadata, MessageKind, NewEvent, PostBody, PostCommand, Posting,
+    Account, Amount, Asset, InboxMessage, LedgerCommand, MessageKind, Metadata, NewEvent, PostBody,
+    PostCommand, Posting,
 };
 
 pub fn account(name: &str) -> Account {
@@ -27,13 +28,20 @@ pub fn payout(merchant: &str, amount: u64) -> NewEvent {
 }
 
 /// A Hop 2 message whose payload the harness handlers read as `{"amount": n}`.
-pub fn message(instruction_id: &str, account_name: &str, sequence: u64, kind: MessageKind, amount: i64) -> InboxMessage {
+pub fn message(
+    instruction_id: &str,
+    account_name: &str,
+    sequence: u64,
+    kind: MessageKind,
+    amount: i64,
+) -> InboxMessage {
     InboxMessage {
         instruction_id: instruction_id.to_owned(),
         account: account(account_name),
         sequence,
         kind,
-        payload: serde_json::to_vec(&serde_json::json!({ "amount": amount })).expect("fixture payload"),
+        payload: serde_json::to_vec(&serde_json::json!({ "amount": amount }))
+            .expect("fixture payload"),
     }
 }
 

@@ -3,7 +3,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use outbox_core::{Accepted, Exception, GapAlarm, InboxEngine, InboxMessage, NewEvent, OutboxEvent, Relay, Result, Store};
+use outbox_core::{
+    Accepted, Exception, GapAlarm, InboxEngine, InboxMessage, NewEvent, OutboxEvent, Relay, Result,
+    Store,
+};
 
 /// A fresh, isolated store plus the transaction-bound operations the generic trait
 /// leaves to each store crate (enqueue runs on the store's native transaction type).
@@ -49,7 +52,12 @@ pub trait StoreHarness: Clone + Send + Sync + Sized + 'static {
 pub trait InboxHarness: Send + Sync + Sized + 'static {
     async fn new() -> Self;
     /// Runs `engine.accept` in a fresh transaction; commits on `Ok`, rolls back on `Err`.
-    async fn accept(&self, engine: &InboxEngine, message: InboxMessage, fail_handler: bool) -> Result<Accepted>;
+    async fn accept(
+        &self,
+        engine: &InboxEngine,
+        message: InboxMessage,
+        fail_handler: bool,
+    ) -> Result<Accepted>;
     /// Runs `engine.check_gaps` in a fresh transaction and commits.
     async fn check_gaps(&self, engine: &InboxEngine) -> Result<Vec<GapAlarm>>;
     /// The sum of treasury rows per account written for `consumer`.

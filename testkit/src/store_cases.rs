@@ -6,8 +6,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use outbox_core::{
-    DeliveryOutcome, DeliveryRecord, ErrorKind, EventId, ExceptionKind, LedgerCommand, Metadata, NewException,
-    OutboxEvent, PostBody, Relay, Store,
+    DeliveryOutcome, DeliveryRecord, ErrorKind, EventId, ExceptionKind, LedgerCommand, Metadata,
+    NewException, OutboxEvent, PostBody, Relay, Store,
 };
 
 use crate::fixtures::{account, payout};
@@ -33,8 +33,14 @@ pub async fn row_visible_only_after_commit<H: StoreHarness>(h: &H) {
     let store = h.store();
     let mut relay = h.relay(&store, "visibility").await;
     let mut tx = h.begin().await;
-    let enqueued = h.enqueue(&mut tx, &payout("1", 100)).await.expect("enqueue");
-    assert!(drain(relay.as_mut()).await.is_empty(), "an uncommitted row was visible to the relay");
+    let enqueued = h
+        .enqueue(&mut tx, &payout("1", 100))
+        .await
+        .expect("enqueue");
+    assert!(
+        drain(relay.as_mut()).await.is_empty(),
+        "an uncommitted row was visible to the relay"
+    );
     h.commit(tx).await.expect("commit");
     let seen = drain(relay.as_mut()).await;
     assert_eq!(ids(&seen), vec![enqueued.event_id]);
@@ -44,14 +50,27 @@ pub async fn row_visible_only_after_commit<H: StoreHarness>(h: &H) {
 pub async fn rollback_leaves_no_row_and_no_gap<H: StoreHarness>(h: &H) {
     let store = h.store();
     let mut tx = h.begin().await;
-    let rolled_back = h.enqueue(&mut tx, &payout("2", 100)).await.expect("enqueue");
+    let rolled_back = h
+        .enqueue(&mut tx, &payout("2", 100))
+        .await
+        .expect("enqueue");
     assert_eq!(rolled_back.sequence, 1);
     h.rollback(tx).await.expect("rollback");
-    let kept = h.enqueue_committed(vec![payout("2", 200)]).await.expect("enqueue committed");
-    assert_eq!(kept[0].sequence, 1, "a rolled-back enqueue left a sequence gap");
+    let kept = h
+        .enqueue_committed(vec![payout("2", 200)])
+        .await
+        .expect("enqueue committed");
+    assert_eq!(
+        kept[0].sequence, 1,
+        "a rolled-back enqueue left a sequence gap"
+    );
     let mut relay = h.relay(&store, "rollback").await;
     let seen = drain(relay.as_mut()).await;
-    assert_eq!(ids(&seen), vec![kept[0].event_id], "a rolled-back row reached the relay");
+    assert_eq!(
+        ids(&seen),
+        vec![kept[0].event_id],
+        "a rolled-back row reached the relay"
+    );
 }
 
 pub async fn concurrent_writers_get_gapless_unique_sequences<H: StoreHarness>(h: &H) {
@@ -65,7 +84,9 @@ pub async fn concurrent_writers_get_gapless_unique_sequences<H: StoreHarness>(h:
             let mut sequences = Vec::new();
             for i in 0..PER_WRITER {
                 let merchant = ((writer * PER_WRITER + i) % ACCOUNTS).to_string();
-                let stored = h.enqueue_committed(vec![payout(&merchant, 1 + i as u64)]).await;
+                let stored = h
+                    .enqueue_committed(vec![payout(&merchant, 1 + i as u64)])
+                    .await;
                 let stored = stored.expect("concurrent enqueue");
                 sequences.push((stored[0].account.to_string(), stored[0].sequence));
             }
@@ -84,23 +105,40 @@ pub async fn concurrent_writers_get_gapless_unique_sequences<H: StoreHarness>(h:
     assert_eq!(seen.len(), WRITERS * PER_WRITER);
     let mut seen_per_account: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for e in &seen {
-        seen_per_account.entry(e.account.to_string()).or_default().push(e.sequence);
+        seen_per_account
+            .entry(e.account.to_string())
+            .or_default()
+            .push(e.sequence);
     }
     assert_eq!(seen_per_account.len(), ACCOUNTS);
     for (acct, mut sequences) in per_account {
         sequences.sort_unstable();
         let expected: Vec<u64> = (1..=sequences.len() as u64).collect();
-        assert_eq!(sequences, expected, "sequences of {acct} are not gapless and unique");
+        assert_eq!(
+            sequences, expected,
+            "sequences of {acct} are not gapless and unique"
+        );
         // Commit order per account equals sequence order.
-        assert_eq!(seen_per_account[&acct], expected, "relay order of {acct} differs from sequence order");
+        assert_eq!(
+            seen_per_account[&acct], expected,
+            "relay order of {acct} differs from sequence order"
+        );
     }
 }
 
 pub async fn outbox_rows_and_deliveries_refuse_update_and_delete<H: StoreHarness>(h: &H) {
     let store = h.store();
-    let stored = h.enqueue_committed(vec![payout("3", 100)]).await.expect("enqueue");
+    let stored = h
+        .enqueue_committed(vec![payout("3", 100)])
+        .await
+        .expect("enqueue");
     store
-        .append_deliveries(&[now_delivery(stored[0].event_id, 1, DeliveryOutcome::Accepted, Some(1))])
+        .append_deliveries(&[now_delivery(
+            stored[0].event_id,
+            1,
+            DeliveryOutcome::Accepted,
+            Some(1),
+        )])
         .await
         .expect("delivery");
     for sql in [
@@ -115,7 +153,10 @@ pub async fn outbox_rows_and_deliveries_refuse_update_and_delete<H: StoreHarness
     let mut relay = h.relay(&store, "immutability").await;
     let seen = drain(relay.as_mut()).await;
     assert_eq!(seen, stored, "the outbox row changed");
-    let deliveries = store.deliveries(stored[0].event_id).await.expect("deliveries");
+    let deliveries = store
+        .deliveries(stored[0].event_id)
+        .await
+        .expect("deliveries");
     assert_eq!(deliveries.len(), 1);
     assert_eq!(deliveries[0].outcome, DeliveryOutcome::Accepted);
 }
@@ -125,25 +166,52 @@ pub async fn payload_bytes_round_trip_exactly<H: StoreHarness>(h: &H) {
     if let LedgerCommand::Post(post) = &mut event.command {
         post.reference = Some("payout:settlement-2026-10-07:4471".into());
         post.metadata = Metadata::from([
-            ("note".into(), "Zahlung für Händler — \"quoted\" <tag> & \u{2028} 💸".into()),
-            ("payout_id".into(), "payout:settlement-2026-10-07:4471".into()),
+            (
+                "note".into(),
+                "Zahlung für Händler — \"quoted\" <tag> & \u{2028} 💸".into(),
+            ),
+            (
+                "payout_id".into(),
+                "payout:settlement-2026-10-07:4471".into(),
+            ),
         ]);
     }
-    let stored = h.enqueue_committed(vec![event.clone()]).await.expect("enqueue");
+    let stored = h
+        .enqueue_committed(vec![event.clone()])
+        .await
+        .expect("enqueue");
     let store = h.store();
     let mut relay = h.relay(&store, "payload").await;
     let seen = drain(relay.as_mut()).await;
     assert_eq!(seen.len(), 1);
-    assert_eq!(seen[0].payload.as_bytes(), stored[0].payload.as_bytes(), "stored bytes differ from enqueued bytes");
+    assert_eq!(
+        seen[0].payload.as_bytes(),
+        stored[0].payload.as_bytes(),
+        "stored bytes differ from enqueued bytes"
+    );
     let decoded = seen[0].payload.command().expect("decode");
-    let LedgerCommand::Post(post) = decoded else { panic!("not a post") };
-    assert_eq!(post.metadata["note"], "Zahlung für Händler — \"quoted\" <tag> & \u{2028} 💸");
+    let LedgerCommand::Post(post) = decoded else {
+        panic!("not a post")
+    };
+    assert_eq!(
+        post.metadata["note"],
+        "Zahlung für Händler — \"quoted\" <tag> & \u{2028} 💸"
+    );
     assert_eq!(post.metadata["outbox_sequence"], "1");
-    assert_eq!(post.metadata["outbox_event_id"], stored[0].event_id.to_string());
+    assert_eq!(
+        post.metadata["outbox_event_id"],
+        stored[0].event_id.to_string()
+    );
     // Encoding is deterministic: the same event, id and sequence give the same bytes.
-    let expected = event.with_event_id(stored[0].event_id).encode(1).map(|(_, p)| p).expect("encode");
+    let expected = event
+        .with_event_id(stored[0].event_id)
+        .encode(1)
+        .map(|(_, p)| p)
+        .expect("encode");
     assert_eq!(seen[0].payload.as_bytes(), expected.as_bytes());
-    assert!(matches!(post.body, PostBody::Postings(ref p) if p[0].amount.minor_units() == 48_500_000));
+    assert!(
+        matches!(post.body, PostBody::Postings(ref p) if p[0].amount.minor_units() == 48_500_000)
+    );
 }
 
 pub async fn cursor_survives_reopening<H: StoreHarness>(h: &H) {
@@ -156,10 +224,16 @@ pub async fn cursor_survives_reopening<H: StoreHarness>(h: &H) {
         let mut relay = h.relay(&store, "durable").await;
         let batch = relay.next_batch(2).await.expect("batch");
         assert_eq!(ids(&batch), ids(&stored[..2]));
-        relay.acknowledge(batch[1].position).await.expect("acknowledge");
+        relay
+            .acknowledge(batch[1].position)
+            .await
+            .expect("acknowledge");
     }
     let reopened = h.reopen().await;
-    assert_eq!(reopened.load_cursor("durable").await.expect("cursor"), Some(stored[1].position));
+    assert_eq!(
+        reopened.load_cursor("durable").await.expect("cursor"),
+        Some(stored[1].position)
+    );
     let mut relay = h.relay(&reopened, "durable").await;
     assert_eq!(relay.acknowledged(), Some(stored[1].position));
     assert_eq!(ids(&drain(relay.as_mut()).await), ids(&stored[2..]));
@@ -172,7 +246,10 @@ pub async fn late_commit_is_still_delivered<H: StoreHarness>(h: &H) {
     let store = h.store();
     let mut relay = h.relay(&store, "late").await;
     let mut tx_a = h.begin().await;
-    let a = h.enqueue(&mut tx_a, &payout("6", 1)).await.expect("enqueue A");
+    let a = h
+        .enqueue(&mut tx_a, &payout("6", 1))
+        .await
+        .expect("enqueue A");
     let writer = {
         let shared = h.clone();
         tokio::spawn(async move { shared.enqueue_committed(vec![payout("7", 2)]).await })
@@ -193,7 +270,11 @@ pub async fn late_commit_is_still_delivered<H: StoreHarness>(h: &H) {
     let b = writer.await.expect("writer").expect("enqueue B");
     delivered.extend(drain(relay.as_mut()).await);
     let got: BTreeSet<EventId> = ids(&delivered).into_iter().collect();
-    assert_eq!(got, BTreeSet::from([a.event_id, b[0].event_id]), "an event was skipped or repeated");
+    assert_eq!(
+        got,
+        BTreeSet::from([a.event_id, b[0].event_id]),
+        "an event was skipped or repeated"
+    );
     assert_eq!(delivered.len(), 2);
 }
 
@@ -203,25 +284,44 @@ pub async fn invalid_event_names_field_and_keeps_transaction_usable<H: StoreHarn
     if let LedgerCommand::Post(post) = &mut bad.command {
         post.body = PostBody::Postings(Vec::new());
     }
-    let err = h.enqueue(&mut tx, &bad).await.expect_err("empty postings accepted");
+    let err = h
+        .enqueue(&mut tx, &bad)
+        .await
+        .expect_err("empty postings accepted");
     assert_eq!(err.field(), Some("postings"), "{err}");
     let mut reserved = payout("8", 100);
     if let LedgerCommand::Post(post) = &mut reserved.command {
-        post.metadata.insert("outbox_event_id".into(), "forged".into());
+        post.metadata
+            .insert("outbox_event_id".into(), "forged".into());
     }
-    let err = h.enqueue(&mut tx, &reserved).await.expect_err("reserved key accepted");
+    let err = h
+        .enqueue(&mut tx, &reserved)
+        .await
+        .expect_err("reserved key accepted");
     assert_eq!(err.field(), Some("metadata.outbox_event_id"), "{err}");
-    let good = h.enqueue(&mut tx, &payout("8", 100)).await.expect("the transaction is no longer usable");
+    let good = h
+        .enqueue(&mut tx, &payout("8", 100))
+        .await
+        .expect("the transaction is no longer usable");
     assert_eq!(good.sequence, 1, "a refused event consumed a sequence");
     let duplicate = payout("8", 5).with_event_id(good.event_id);
-    let err = h.enqueue(&mut tx, &duplicate).await.expect_err("duplicate event id accepted");
+    let err = h
+        .enqueue(&mut tx, &duplicate)
+        .await
+        .expect_err("duplicate event id accepted");
     assert_eq!(err.field(), Some("event_id"), "{err}");
-    let second = h.enqueue(&mut tx, &payout("8", 100)).await.expect("usable after duplicate");
+    let second = h
+        .enqueue(&mut tx, &payout("8", 100))
+        .await
+        .expect("usable after duplicate");
     assert_eq!(second.sequence, 2);
     h.commit(tx).await.expect("commit");
     let store = h.store();
     let mut relay = h.relay(&store, "invalid").await;
-    assert_eq!(ids(&drain(relay.as_mut()).await), vec![good.event_id, second.event_id]);
+    assert_eq!(
+        ids(&drain(relay.as_mut()).await),
+        vec![good.event_id, second.event_id]
+    );
 }
 
 pub async fn deliveries_are_recorded_in_order<H: StoreHarness>(h: &H) {
@@ -231,14 +331,29 @@ pub async fn deliveries_are_recorded_in_order<H: StoreHarness>(h: &H) {
     failed.error_code = Some("INTERNAL".into());
     failed.detail = Some("503 from ledger".into());
     let replayed = now_delivery(id, 2, DeliveryOutcome::Replayed, Some(42));
-    store.append_deliveries(&[failed.clone(), replayed.clone()]).await.expect("append");
+    store
+        .append_deliveries(&[failed.clone(), replayed.clone()])
+        .await
+        .expect("append");
     let got = store.deliveries(id).await.expect("read");
     assert_eq!(got.len(), 2);
-    assert_eq!((got[0].attempt, got[0].outcome, got[0].error_code.as_deref()), (1, DeliveryOutcome::Failed, Some("INTERNAL")));
+    assert_eq!(
+        (got[0].attempt, got[0].outcome, got[0].error_code.as_deref()),
+        (1, DeliveryOutcome::Failed, Some("INTERNAL"))
+    );
     assert_eq!(got[0].detail.as_deref(), Some("503 from ledger"));
-    assert_eq!((got[1].attempt, got[1].outcome, got[1].ledger_tx_id), (2, DeliveryOutcome::Replayed, Some(42)));
+    assert_eq!(
+        (got[1].attempt, got[1].outcome, got[1].ledger_tx_id),
+        (2, DeliveryOutcome::Replayed, Some(42))
+    );
     assert_eq!(got[1].at.timestamp_micros(), replayed.at.timestamp_micros());
-    assert!(store.deliveries(EventId::new()).await.expect("read").is_empty());
+    assert!(
+        store
+            .deliveries(EventId::new())
+            .await
+            .expect("read")
+            .is_empty()
+    );
 }
 
 pub async fn exceptions_are_recorded_once<H: StoreHarness>(h: &H) {
@@ -251,23 +366,40 @@ pub async fn exceptions_are_recorded_once<H: StoreHarness>(h: &H) {
         detail: "INSUFFICIENT_FUND".into(),
     };
     assert!(store.raise_exception(&exception).await.expect("raise"));
-    assert!(!store.raise_exception(&exception).await.expect("raise again"));
-    let other = NewException { sequence: 5, ..exception.clone() };
+    assert!(
+        !store
+            .raise_exception(&exception)
+            .await
+            .expect("raise again")
+    );
+    let other = NewException {
+        sequence: 5,
+        ..exception.clone()
+    };
     assert!(store.raise_exception(&other).await.expect("raise other"));
     let all = store.exceptions().await.expect("list");
     assert_eq!(all.len(), 2);
-    assert_eq!((all[0].kind, all[0].account.as_str(), all[0].sequence), (ExceptionKind::Rejected, "merchants:9", 4));
+    assert_eq!(
+        (all[0].kind, all[0].account.as_str(), all[0].sequence),
+        (ExceptionKind::Rejected, "merchants:9", 4)
+    );
     assert_eq!(all[0].detail, "INSUFFICIENT_FUND");
 }
 
 pub async fn lag_reports_pending_and_age<H: StoreHarness>(h: &H) {
     let store = h.store();
     assert_eq!(store.lag("lagging").await.expect("lag").pending, 0);
-    let stored = h.enqueue_committed(vec![payout("10", 1), payout("10", 2)]).await.expect("enqueue");
+    let stored = h
+        .enqueue_committed(vec![payout("10", 1), payout("10", 2)])
+        .await
+        .expect("enqueue");
     tokio::time::sleep(Duration::from_millis(20)).await;
     let lag = store.lag("lagging").await.expect("lag");
     assert_eq!(lag.pending, 2);
-    assert!(lag.oldest_pending_age.expect("age") >= Duration::from_millis(20), "{lag:?}");
+    assert!(
+        lag.oldest_pending_age.expect("age") >= Duration::from_millis(20),
+        "{lag:?}"
+    );
     let mut relay = h.relay(&store, "lagging").await;
     let batch = relay.next_batch(1).await.expect("batch");
     relay.acknowledge(batch[0].position).await.expect("ack");
@@ -306,19 +438,35 @@ pub async fn relay_wakes_up_on_enqueue<H: StoreHarness>(h: &H) {
 
 pub async fn works_through_dyn_store<H: StoreHarness>(h: &H) {
     let store = h.dyn_store();
-    let stored = h.enqueue_committed(vec![payout("12", 1), payout("12", 2)]).await.expect("enqueue");
+    let stored = h
+        .enqueue_committed(vec![payout("12", 1), payout("12", 2)])
+        .await
+        .expect("enqueue");
     let read = store.read_committed(None, 10).await.expect("read");
     assert_eq!(ids(&read), ids(&stored));
-    let after_first = store.read_committed(Some(read[0].position), 10).await.expect("read after");
+    let after_first = store
+        .read_committed(Some(read[0].position), 10)
+        .await
+        .expect("read after");
     assert_eq!(ids(&after_first), ids(&stored[1..]));
-    store.save_cursor("dyn", read[0].position).await.expect("save");
-    assert_eq!(store.load_cursor("dyn").await.expect("load"), Some(read[0].position));
+    store
+        .save_cursor("dyn", read[0].position)
+        .await
+        .expect("save");
+    assert_eq!(
+        store.load_cursor("dyn").await.expect("load"),
+        Some(read[0].position)
+    );
     assert_eq!(store.lag("dyn").await.expect("lag").pending, 1);
 }
 
-
 /// A delivery record stamped now, truncated to the microseconds stores keep.
-fn now_delivery(event_id: EventId, attempt: u32, outcome: DeliveryOutcome, ledger_tx_id: Option<u64>) -> DeliveryRecord {
+fn now_delivery(
+    event_id: EventId,
+    attempt: u32,
+    outcome: DeliveryOutcome,
+    ledger_tx_id: Option<u64>,
+) -> DeliveryRecord {
     let now = Utc::now().timestamp_micros();
     DeliveryRecord {
         event_id,

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures_util::FutureExt;
 use outbox_core::{
     Accepted, Error, ErrorKind, GapAlarm, InboxEngine, InboxMessage, MessageKind, Result,
 };
@@ -147,10 +148,13 @@ impl TreasuryConsumer {
     }
 }
 
-/// The SQLite inbox never waits, so its futures finish on the first poll; driving them
-/// on this blocking thread keeps the `!Send` transaction off the async workers.
+/// The SQLite inbox and this handler never wait on anything, so their futures finish
+/// on the first poll: completing them here keeps the `!Send` transaction on this
+/// (blocking) thread, with or without a runtime around it.
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Handle::current().block_on(future)
+    future
+        .now_or_never()
+        .expect("SQLite inbox futures complete on their first poll")
 }
 
 fn apply_postings(conn: &Connection, message: &InboxMessage) -> Result<()> {

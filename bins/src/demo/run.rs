@@ -93,7 +93,12 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         scenario.events.len()
     ));
     let store = SqliteStore::open(SqliteConfig::from_url(&outbox_url)?).await?;
+    let enqueue_started = Instant::now();
     enqueue_with_intents(store.config(), &scenario)?;
+    println!(
+        "    committed in {:.1} s",
+        enqueue_started.elapsed().as_secs_f64()
+    );
     println!(
         "    merchant {REFERENCE_MERCHANT}: settlement credit, payout A $485,000.00, payout B $485,000.00 (new instruction), reversal of A"
     );
@@ -200,6 +205,10 @@ fn spawn_relay(outbox_url: &str, ledger: &RunningDevLedger) -> Result<tokio::pro
         .args(["relay", "--once", "--database", outbox_url, "--ledger-url"])
         .arg(ledger.url())
         .args(["--ledger-name", LEDGER, "--poll-interval-ms", "100"])
+        .env(
+            "OUTBOX_LOG",
+            std::env::var("OUTBOX_LOG").unwrap_or_else(|_| "error".to_owned()),
+        )
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()

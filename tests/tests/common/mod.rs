@@ -1,0 +1,207 @@
+//! Shared set-up for the cross-crate tests: a dev ledger on loopback, a SQLite outbox,
+//! the relay dispatcher, and the reference treasury consumer behind a webhook receiver.
+
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use outbox_bins::consumer::TreasuryConsumer;
+use outbox_core::{
+    Account, Amount, Asset, Backoff, DispatchConfig, Dispatcher, EventId, LedgerCommand, Metadata,
+    NewEvent, OutboxEvent, PostBody, PostCommand, Posting, RunMode, Summary,
+};
+use outbox_ledger_dev::{
+    DevLedger, DevLedgerConfig, RunningDevLedger, WebhookBackoff, WebhookTarget,
+};
+use outbox_ledger_formance::{FormanceConfig, FormanceLedger};
+use outbox_store_sqlite::{SqliteConfig, SqliteStore, connect, enqueue};
+use outbox_transport_http::{ReceiverConfig, RunningReceiver, start_receiver};
+use tokio::sync::watch;
+
+pub const LEDGER: &str = "payouts";
+pub const SECRET: &str = "test-webhook-secret";
+
+pub fn account(text: &str) -> Account {
+    Account::parse(text).unwrap()
+}
+
+pub fn transfer(aggregate: &str, source: &str, destination: &str, amount: u64) -> NewEvent {
+    NewEvent::new(
+        account(aggregate),
+        LedgerCommand::Post(PostCommand {
+            body: PostBody::Postings(vec![Posting {
+                source: account(source),
+                destination: account(destination),
+                amount: Amount::new(amount),
+                asset: Asset::parse("USD/2").unwrap(),
+            }]),
+            reference: None,
+            metadata: Metadata::from([("event_type".to_owned(), "test".to_owned())]),
+        }),
+    )
+    .with_event_id(EventId::new())
+}
+
+/// A settlement credit from `world` to the merchant's available balance.
+pub fn fund(merchant: &str, amount: u64) -> NewEvent {
+    transfer(
+        &format!("merchants:{merchant}"),
+        "world",
+        &format!("merchants:{merchant}:available"),
+        amount,
+    )
+}
+
+/// A payout from available to pending payouts.
+pub fn payout(merchant: &str, amount: u64) -> NewEvent {
+    transfer(
+        &format!("merchants:{merchant}"),
+        &format!("merchants:{merchant}:available"),
+        &format!("merchants:{merchant}:payouts:pending"),
+        amount,
+    )
+}
+
+pub struct Outbox {
+    _dir: tempfile::TempDir,
+    pub path: PathBuf,
+    pub store: SqliteStore,
+}
+
+impl Outbox {
+    pub async fn new() -> Self {
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("outbox.db");
+        let store = SqliteStore::open(SqliteConfig::new(&path)).await.unwrap();
+        Self {
+            _dir: dir,
+            path,
+            store,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("sqlite://{}", self.path.display())
+    }
+
+    pub fn dir(&self) -> &Path {
+        self._dir.path()
+    }
+
+    /// Enqueues each event in its own committed transaction.
+    pub fn enqueue(&self, events: &[NewEvent]) -> Vec<OutboxEvent> {
+        let mut conn = connect(self.store.config()).unwrap();
+        events
+            .iter()
+            .map(|e| {
+                let tx = conn.transaction().unwrap();
+                let stored = enqueue(&tx, e).unwrap();
+                tx.commit().unwrap();
+                stored
+            })
+            .collect()
+    }
+}
+
+/// A dev ledger on an ephemeral loopback port, optionally sending webhooks.
+pub async fn dev_ledger(webhook: Option<&RunningReceiver>) -> RunningDevLedger {
+    DevLedger::start(DevLedgerConfig {
+        webhooks: webhook
+            .map(|r| WebhookTarget {
+                url: r.webhook_url(),
+                secret: SECRET.to_owned(),
+            })
+            .into_iter()
+            .collect(),
+        webhook_backoff: WebhookBackoff {
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(200),
+            max_attempts: 100,
+        },
+        create_ledgers: vec![LEDGER.to_owned()],
+        ..DevLedgerConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
+pub fn client(ledger: &RunningDevLedger, request_timeout: Duration) -> FormanceLedger {
+    let mut config = FormanceConfig::new(ledger.url(), LEDGER);
+    config.request_timeout_ms = request_timeout.as_millis() as u64;
+    FormanceLedger::new(&config).unwrap()
+}
+
+pub fn quick_config() -> DispatchConfig {
+    DispatchConfig {
+        backoff: Backoff {
+            initial: Duration::from_millis(10),
+            max: Duration::from_millis(200),
+        },
+        poll_interval: Duration::from_millis(20),
+        max_attempts: Some(100),
+        ..DispatchConfig::default()
+    }
+}
+
+/// Runs the dispatcher in drain mode against `ledger`, bounded in time.
+pub async fn drain(outbox: &Outbox, ledger: FormanceLedger, config: DispatchConfig) -> Summary {
+    let relay = outbox.store.polling_relay("relay").await.unwrap();
+    let dispatcher = Dispatcher::open(
+        Arc::new(outbox.store.clone()),
+        Box::new(relay),
+        Arc::new(ledger),
+        config,
+    )
+    .await
+    .unwrap();
+    let (_stop, stopped) = watch::channel(false);
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        dispatcher.run(RunMode::Drain, stopped),
+    )
+    .await
+    .expect("the relay drained in time")
+    .unwrap()
+}
+
+/// The treasury consumer behind a signed-webhook receiver on loopback.
+pub async fn consumer(dir: &Path) -> (TreasuryConsumer, RunningReceiver) {
+    let consumer = TreasuryConsumer::open(
+        SqliteConfig::new(dir.join("treasury.db")),
+        "treasury",
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    let receiver = start_receiver(
+        ReceiverConfig::new(([127, 0, 0, 1], 0).into(), SECRET),
+        Arc::new(consumer.clone()),
+    )
+    .await
+    .unwrap();
+    (consumer, receiver)
+}
+
+/// Waits until `done` holds, polling; panics with `what` after `limit`.
+pub async fn eventually<F: FnMut() -> bool>(limit: Duration, what: &str, mut done: F) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The `outbox` binary built beside this test binary (`cargo test --workspace` builds it).
+pub fn outbox_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap();
+    let bin = dir.join("outbox");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build -p outbox-bins` first",
+        bin.display()
+    );
+    bin
+}
