@@ -145,6 +145,13 @@ pub async fn run(args: DemoArgs) -> Result<()> {
             record.ledger_tx_id
         );
     }
+    for record in store.deliveries(scenario.payout_b).await? {
+        println!(
+            "    payout B (same merchant, same $485,000.00, new instruction): {} as ledger transaction {:?}",
+            record.outcome.as_str(),
+            record.ledger_tx_id
+        );
+    }
     if !a_records
         .iter()
         .any(|r| r.outcome == DeliveryOutcome::Replayed && r.ledger_tx_id == Some(accepted_tx))
