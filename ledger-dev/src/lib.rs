@@ -20,7 +20,6 @@ mod reads;
 mod routes;
 mod server;
 mod state;
-pub mod webhook_sign;
 mod webhooks;
 
 pub use cli::{DevLedgerArgs, run_cli};
@@ -29,4 +28,3 @@ pub use config::{
 };
 pub use faults::{FaultInjector, FaultPlan, QueuedAnswer};
 pub use server::{DevLedger, RunningDevLedger};
-pub use webhook_sign::sign;

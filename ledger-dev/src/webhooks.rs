@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 use crate::config::{WebhookBackoff, WebhookTarget};
 use crate::events::Event;
 use crate::persistence::{DeliveryOutcome, StoredDelivery};
-use crate::webhook_sign;
+use outbox_ledger_formance::sign;
 
 /// Per-attempt HTTP timeout (the real service uses 30 s; dev receivers are local).
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -243,7 +243,7 @@ impl Attempts {
 
     async fn attempt(&self, delivery: &StoredDelivery) -> Verdict {
         let timestamp = chrono::Utc::now().timestamp();
-        let signature = webhook_sign::sign(
+        let signature = sign(
             &self.secret,
             &delivery.id,
             timestamp,
