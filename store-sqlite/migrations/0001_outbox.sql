@@ -31,7 +31,7 @@ CREATE TABLE relay_cursors (
 
 -- Delivery attempts: insert-only beside the outbox.
 CREATE TABLE outbox_deliveries (
-    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    id           INTEGER PRIMARY KEY,   -- rowid: never reused, since DELETE is refused
     event_id     TEXT    NOT NULL,
     attempt      INTEGER NOT NULL,
     outcome      TEXT    NOT NULL CHECK (outcome IN ('accepted', 'replayed', 'rejected', 'failed')),

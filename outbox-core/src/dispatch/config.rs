@@ -43,6 +43,7 @@ impl Default for Backoff {
 /// | `poll_interval` | 1 s | longest idle wait when no wake-up arrives |
 /// | `backoff` | 100 ms … 10 s | retry delay for transient failures, full jitter |
 /// | `max_attempts` | none | give up on an event after this many transient failures (drain mode) |
+/// | `cursor_interval` | 200 ms | least time between cursor saves while busy (always saved when idle or stopping) |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DispatchConfig {
     pub batch_size: usize,
@@ -52,6 +53,10 @@ pub struct DispatchConfig {
     pub poll_interval: Duration,
     pub backoff: Backoff,
     pub max_attempts: Option<u32>,
+    /// A cursor save per round would cost an fsync per round; after a crash a cursor
+    /// that lags only means more events to look up (they have terminal records and are
+    /// not re-sent).
+    pub cursor_interval: Duration,
 }
 
 impl Default for DispatchConfig {
@@ -64,6 +69,7 @@ impl Default for DispatchConfig {
             poll_interval: Duration::from_secs(1),
             backoff: Backoff::default(),
             max_attempts: None,
+            cursor_interval: Duration::from_millis(200),
         }
     }
 }

@@ -72,6 +72,11 @@ pub struct Dispatcher {
     attempted: Option<Position>,
     uncertain_through: Option<Position>,
     drained: bool,
+    /// A frontier position not yet saved as the cursor, and when the cursor was last saved.
+    unsaved_cursor: Option<Position>,
+    cursor_saved_at: Instant,
+    /// The previous round's records being written while the next round is sent.
+    recording: Option<tokio::task::JoinHandle<Result<()>>>,
     summary: Summary,
 }
 
@@ -103,6 +108,9 @@ impl Dispatcher {
             attempted,
             uncertain_through: attempted,
             drained: false,
+            unsaved_cursor: None,
+            cursor_saved_at: Instant::now(),
+            recording: None,
             summary: Summary::default(),
         })
     }
@@ -121,6 +129,8 @@ impl Dispatcher {
             self.refill().await?;
             let heads = self.queues.ready_heads(Instant::now());
             if heads.is_empty() {
+                // Idle: make the cursor exact before waiting.
+                self.save_cursor().await?;
                 if mode == RunMode::Drain && self.drained && self.queues.only_stopped_left() {
                     break;
                 }
@@ -135,11 +145,26 @@ impl Dispatcher {
             let outcomes = send::send_round(self.ledger.as_ref(), heads, &self.config).await;
             self.apply(outcomes).await?;
             if let Some(position) = self.queues.advance_frontier() {
-                retry_transient!(self.relay.acknowledge(position))?;
+                self.unsaved_cursor = Some(position);
+            }
+            if self.cursor_saved_at.elapsed() >= self.config.cursor_interval {
+                self.save_cursor().await?;
             }
         }
+        self.save_cursor().await?;
         self.summary.stopped = self.queues.stopped_accounts();
         Ok(self.summary)
+    }
+
+    /// Saves the cursor at the frontier, if it moved since the last save — only once
+    /// the records up to it are durable.
+    async fn save_cursor(&mut self) -> Result<()> {
+        self.finish_recording().await?;
+        if let Some(position) = self.unsaved_cursor.take() {
+            retry_transient!(self.relay.acknowledge(position))?;
+        }
+        self.cursor_saved_at = Instant::now();
+        Ok(())
     }
 
     /// Reads more events when the active queue runs low.
@@ -256,11 +281,30 @@ impl Dispatcher {
                 }
             }
         }
-        retry_transient!(self.store.append_deliveries(&records))?;
-        for exception in &exceptions {
-            retry_transient!(self.store.raise_exception(exception))?;
-        }
+        // The outcomes are known, so the accounts may go on; the records are written
+        // while the next round is sent (one write in flight, in order). A crash before
+        // they are durable leaves these events in the uncertain window: re-sent alone,
+        // seen as replays, recorded then.
+        self.finish_recording().await?;
+        let store = Arc::clone(&self.store);
+        self.recording = Some(tokio::spawn(async move {
+            retry_transient!(store.append_deliveries(&records))?;
+            for exception in &exceptions {
+                retry_transient!(store.raise_exception(exception))?;
+            }
+            Ok(())
+        }));
         Ok(())
+    }
+
+    /// Waits for the records in flight to be durable.
+    async fn finish_recording(&mut self) -> Result<()> {
+        match self.recording.take() {
+            Some(task) => task.await.map_err(|e| {
+                Error::new(ErrorKind::Internal, format!("recording task failed: {e}"))
+            })?,
+            None => Ok(()),
+        }
     }
 
     /// Parks or stops the account of a failed head; returns the exception to raise, if any.

@@ -1,0 +1,229 @@
+//! Relay drain rate from SQLite, printed as figures and ratios (no assertions).
+//!
+//! For each ledger (the dev ledger, and a null HTTP ledger that answers 200 at once)
+//! and each mode (bulk on, bulk off): the relay dispatcher drains a fresh outbox, and
+//! a raw loop reads the same rows and posts the same bodies with the same parallelism
+//! but records nothing and moves no cursor. Goals: relay ≥ 0.9 × raw; ≥ 50k events/s
+//! to the null ledger with bulk.
+//!
+//! Run: `cargo bench -p outbox-bins --bench relay` (`-- --events N --accounts M`);
+//! `BENCH_SYNC_NORMAL=1` measures with `synchronous=NORMAL` instead of FULL.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::routing::post;
+use futures_util::stream::{self, StreamExt};
+use outbox_core::{
+    Account, Amount, Asset, DispatchConfig, Dispatcher, EventId, Ledger, LedgerCommand, Metadata,
+    NewEvent, PostBody, PostCommand, Posting, RunMode,
+};
+use outbox_ledger_dev::{DevLedger, DevLedgerConfig};
+use outbox_ledger_formance::{FormanceConfig, FormanceLedger};
+use outbox_store_sqlite::{SqliteConfig, SqliteStore, connect, enqueue};
+use tokio::sync::watch;
+
+const LEDGER: &str = "bench";
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn event(account: usize, n: usize) -> NewEvent {
+    NewEvent::new(
+        Account::parse(&format!("merchants:{account}")).unwrap(),
+        LedgerCommand::Post(PostCommand {
+            body: PostBody::Postings(vec![Posting {
+                source: Account::parse("world").unwrap(),
+                destination: Account::parse(&format!("merchants:{account}:available")).unwrap(),
+                amount: Amount::new(1_000 + n as u64),
+                asset: Asset::parse("USD/2").unwrap(),
+            }]),
+            reference: None,
+            metadata: Metadata::from([("event_type".to_owned(), "bench".to_owned())]),
+        }),
+    )
+    .with_event_id(EventId::new())
+}
+
+/// A fresh outbox with `events` events spread round-robin over `accounts` accounts.
+fn outbox(dir: &std::path::Path, events: usize, accounts: usize) -> SqliteStore {
+    let mut config = SqliteConfig::new(dir.join(format!("outbox-{}.db", EventId::new())));
+    config.synchronous_full = std::env::var("BENCH_SYNC_NORMAL").is_err();
+    let mut conn = connect(&config).unwrap();
+    outbox_store_sqlite::migrate(&mut conn).unwrap();
+    let tx = conn.transaction().unwrap();
+    for n in 0..events {
+        enqueue(&tx, &event(n % accounts, n)).unwrap();
+    }
+    tx.commit().unwrap();
+    tokio::runtime::Handle::current()
+        .block_on(SqliteStore::open(config))
+        .unwrap()
+}
+
+/// Answers every create and bulk with success at once; counts elements.
+async fn null_ledger() -> (String, Arc<AtomicU64>) {
+    async fn bulk(State(n): State<Arc<AtomicU64>>, body: Bytes) -> String {
+        let elements = serde_json::from_slice::<Vec<serde_json::Value>>(&body)
+            .map(|v| v.len())
+            .unwrap_or(0);
+        let first = n.fetch_add(elements as u64, Ordering::Relaxed);
+        let results: Vec<String> = (0..elements as u64)
+            .map(|i| format!(r#"{{"responseType":"CREATE_TRANSACTION","logID":{0},"data":{{"id":{0},"postings":[],"metadata":{{}},"timestamp":"2026-01-01T00:00:00Z","insertedAt":"2026-01-01T00:00:00Z","reverted":false}}}}"#, first + i + 1))
+            .collect();
+        format!(r#"{{"data":[{}]}}"#, results.join(","))
+    }
+    async fn create(State(n): State<Arc<AtomicU64>>) -> String {
+        let id = n.fetch_add(1, Ordering::Relaxed) + 1;
+        format!(
+            r#"{{"data":{{"id":{id},"postings":[],"metadata":{{}},"timestamp":"2026-01-01T00:00:00Z","insertedAt":"2026-01-01T00:00:00Z","reverted":false}}}}"#
+        )
+    }
+    let counter = Arc::new(AtomicU64::new(0));
+    let app = Router::new()
+        .route("/v2/{ledger}/_bulk", post(bulk))
+        .route("/v2/{ledger}/transactions", post(create))
+        .with_state(counter.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, counter)
+}
+
+fn client(url: &str) -> Arc<FormanceLedger> {
+    Arc::new(FormanceLedger::new(&FormanceConfig::new(url, LEDGER)).unwrap())
+}
+
+async fn relay_drain(store: SqliteStore, url: &str, bulk: bool) -> Duration {
+    let relay = store.polling_relay("bench").await.unwrap();
+    let config = DispatchConfig {
+        bulk,
+        ..DispatchConfig::default()
+    };
+    let dispatcher = Dispatcher::open(Arc::new(store), Box::new(relay), client(url), config)
+        .await
+        .unwrap();
+    let (_stop, stopped) = watch::channel(false);
+    let start = Instant::now();
+    let summary = dispatcher.run(RunMode::Drain, stopped).await.unwrap();
+    let elapsed = start.elapsed();
+    assert_eq!(summary.stopped.len(), 0);
+    elapsed
+}
+
+/// Reads the same rows in the same batches and posts the same bodies with the same
+/// parallelism, one event per account per request group, recording nothing.
+async fn raw_loop(store: SqliteStore, url: &str, bulk: bool) -> Duration {
+    use outbox_core::{BulkItem, Store};
+    let ledger = client(url);
+    let config = DispatchConfig::default();
+    let start = Instant::now();
+    let mut after = None;
+    loop {
+        let batch = store
+            .read_committed(after, config.batch_size)
+            .await
+            .unwrap();
+        let Some(last) = batch.last() else { break };
+        after = Some(last.position);
+        let bodies: Vec<(EventId, Vec<u8>)> = batch
+            .iter()
+            .map(|e| (e.event_id, e.payload.split().unwrap().1.to_vec()))
+            .collect();
+        if bulk {
+            let chunks: Vec<&[(EventId, Vec<u8>)]> = bodies.chunks(config.max_bulk).collect();
+            stream::iter(chunks)
+                .map(|chunk| {
+                    let ledger = ledger.clone();
+                    async move {
+                        let items: Vec<BulkItem<'_>> = chunk
+                            .iter()
+                            .map(|(k, b)| BulkItem { key: *k, body: b })
+                            .collect();
+                        ledger.post_bulk(&items).await.unwrap();
+                    }
+                })
+                .buffer_unordered(config.parallel_requests)
+                .collect::<Vec<()>>()
+                .await;
+        } else {
+            stream::iter(&bodies)
+                .map(|(k, b)| {
+                    let ledger = ledger.clone();
+                    async move {
+                        ledger.post(*k, b).await.unwrap();
+                    }
+                })
+                .buffer_unordered(config.parallel_requests)
+                .collect::<Vec<()>>()
+                .await;
+        }
+    }
+    start.elapsed()
+}
+
+fn rate(events: usize, d: Duration) -> f64 {
+    events as f64 / d.as_secs_f64()
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let events = arg("--events", 20_000);
+        let accounts = arg("--accounts", 1_000);
+        let dir = tempfile::TempDir::new().unwrap();
+        let (null_url, _) = null_ledger().await;
+        println!("Relay drain from SQLite: {events} events over {accounts} accounts (batch 500, bulk ≤ 100, 8 requests in flight)");
+        println!("{:<12} {:<6} {:>12} {:>12} {:>8}", "ledger", "bulk", "relay ev/s", "raw ev/s", "ratio");
+        for (name, fresh_dev) in [("null", false), ("dev ledger", true)] {
+            for bulk in [true, false] {
+                // Each side gets its own outbox and, for the dev ledger, its own fresh ledger,
+                // so neither sees the other's idempotency keys.
+                let mut times = Vec::new();
+                for side in 0..2 {
+                    let (url, dev) = if fresh_dev {
+                        let dev = DevLedger::start(DevLedgerConfig {
+                            create_ledgers: vec![LEDGER.to_owned()],
+                            ..DevLedgerConfig::default()
+                        })
+                        .await
+                        .unwrap();
+                        (dev.url(), Some(dev))
+                    } else {
+                        (null_url.clone(), None)
+                    };
+                    let store = tokio::task::block_in_place(|| outbox(dir.path(), events, accounts));
+                    let elapsed = if side == 0 {
+                        relay_drain(store, &url, bulk).await
+                    } else {
+                        raw_loop(store, &url, bulk).await
+                    };
+                    times.push(elapsed);
+                    if let Some(dev) = dev {
+                        dev.shutdown().await;
+                    }
+                }
+                let (relay, raw) = (rate(events, times[0]), rate(events, times[1]));
+                println!(
+                    "{name:<12} {:<6} {relay:>12.0} {raw:>12.0} {:>8.2}",
+                    if bulk { "on" } else { "off" },
+                    relay / raw
+                );
+            }
+        }
+        println!("goals: relay/raw ≥ 0.90; null ledger with bulk ≥ 50000 ev/s");
+    });
+}
