@@ -13,6 +13,9 @@ export OUTBOX_CONTRACTS_DIR="${OUTBOX_CONTRACTS_DIR:-$(cd .. && pwd)/shared/cont
 
 step() { printf '\n==> %s\n' "$*"; }
 
+step "PostgreSQL: logical decoding and loopback replication for the CDC tests"
+bash scripts/postgres-setup.sh
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
