@@ -4,10 +4,13 @@ pub mod dispatch;
 pub mod domain;
 mod error;
 pub mod exception;
+pub mod fleet;
 pub mod inbox;
 pub mod ledger;
 pub mod relay;
 pub mod store;
+#[cfg(test)]
+mod testing;
 
 pub use dispatch::{Backoff, DispatchConfig, Dispatcher, RunMode, Summary};
 pub use domain::*;

@@ -1,0 +1,214 @@
+//! In-memory fakes for unit tests of core logic (the real stores and ledger are
+//! exercised in their own crates and in the `tests` crate).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use chrono::Utc;
+
+use crate::domain::{Account, EventId, Metadata, NewEvent, OutboxEvent, Position};
+use crate::error::{Error, ErrorKind, Result};
+use crate::exception::{Exception, NewException};
+use crate::ledger::{
+    Balances, BulkItem, Ledger, LedgerCapabilities, LedgerTransaction, PostOutcome,
+};
+use crate::store::{DeliveryOutcome, DeliveryRecord, Lag, Store, StoreCapabilities};
+
+#[derive(Default)]
+pub(crate) struct MemoryState {
+    pub events: Vec<OutboxEvent>,
+    pub cursors: HashMap<String, Position>,
+    pub deliveries: Vec<DeliveryRecord>,
+    pub exceptions: Vec<NewException>,
+}
+
+#[derive(Clone, Default)]
+pub(crate) struct MemoryStore(pub Arc<Mutex<MemoryState>>);
+
+impl MemoryStore {
+    pub fn add(&self, new: &NewEvent) -> OutboxEvent {
+        let mut s = self.0.lock().unwrap();
+        let sequence = s.events.iter().filter(|e| e.account == new.account).count() as u64 + 1;
+        let (event_id, payload) = new.encode(sequence).unwrap();
+        let event = OutboxEvent {
+            position: Position::Row(s.events.len() as i64 + 1),
+            event_id,
+            account: new.account.clone(),
+            sequence,
+            payload,
+            created_at: Utc::now(),
+        };
+        s.events.push(event.clone());
+        event
+    }
+
+    pub fn outcomes(&self, id: EventId) -> Vec<DeliveryOutcome> {
+        let s = self.0.lock().unwrap();
+        s.deliveries
+            .iter()
+            .filter(|d| d.event_id == id)
+            .map(|d| d.outcome)
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn capabilities(&self) -> StoreCapabilities {
+        StoreCapabilities::default()
+    }
+    async fn read_committed(
+        &self,
+        after: Option<Position>,
+        limit: usize,
+    ) -> Result<Vec<OutboxEvent>> {
+        let s = self.0.lock().unwrap();
+        Ok(s.events
+            .iter()
+            .filter(|e| after.is_none_or(|a| e.position > a))
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+    async fn load_cursor(&self, relay: &str) -> Result<Option<Position>> {
+        Ok(self.0.lock().unwrap().cursors.get(relay).copied())
+    }
+    async fn save_cursor(&self, relay: &str, position: Position) -> Result<()> {
+        self.0
+            .lock()
+            .unwrap()
+            .cursors
+            .insert(relay.to_owned(), position);
+        Ok(())
+    }
+    async fn append_deliveries(&self, records: &[DeliveryRecord]) -> Result<()> {
+        self.0.lock().unwrap().deliveries.extend_from_slice(records);
+        Ok(())
+    }
+    async fn deliveries(&self, event_id: EventId) -> Result<Vec<DeliveryRecord>> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap()
+            .deliveries
+            .iter()
+            .filter(|d| d.event_id == event_id)
+            .cloned()
+            .collect())
+    }
+    async fn raise_exception(&self, exception: &NewException) -> Result<bool> {
+        self.0.lock().unwrap().exceptions.push(exception.clone());
+        Ok(true)
+    }
+    async fn exceptions(&self) -> Result<Vec<Exception>> {
+        Ok(Vec::new())
+    }
+    async fn lag(&self, _relay: &str) -> Result<Lag> {
+        Ok(Lag::default())
+    }
+}
+
+/// A ledger that keeps keys like Formance and answers from a script first.
+#[derive(Default)]
+pub(crate) struct FakeLedgerState {
+    pub by_key: HashMap<EventId, (u64, Vec<u8>)>,
+    pub script: HashMap<EventId, VecDeque<Result<PostOutcome>>>,
+    pub calls: Vec<(&'static str, EventId)>,
+    pub notices: Vec<(String, Metadata)>,
+    pub reverts: Vec<(EventId, u64, Metadata)>,
+    pub next_id: u64,
+}
+
+#[derive(Clone, Default)]
+pub(crate) struct FakeLedger(pub Arc<Mutex<FakeLedgerState>>);
+
+impl FakeLedger {
+    pub fn script(&self, id: EventId, answers: Vec<Result<PostOutcome>>) {
+        self.0.lock().unwrap().script.insert(id, answers.into());
+    }
+    pub fn calls(&self) -> Vec<(&'static str, EventId)> {
+        self.0.lock().unwrap().calls.clone()
+    }
+    pub fn answer(&self, kind: &'static str, key: EventId, body: &[u8]) -> Result<PostOutcome> {
+        let mut s = self.0.lock().unwrap();
+        s.calls.push((kind, key));
+        if let Some(answer) = s.script.get_mut(&key).and_then(VecDeque::pop_front) {
+            return answer;
+        }
+        if let Some((id, stored)) = s.by_key.get(&key) {
+            return if stored == body {
+                Ok(PostOutcome::Replayed {
+                    transaction_id: *id,
+                })
+            } else {
+                Err(Error::new(
+                    ErrorKind::IdempotencyMismatch,
+                    "invalid idempotency hash",
+                ))
+            };
+        }
+        s.next_id += 1;
+        let id = s.next_id;
+        s.by_key.insert(key, (id, body.to_vec()));
+        Ok(PostOutcome::Accepted { transaction_id: id })
+    }
+}
+
+#[async_trait]
+impl Ledger for FakeLedger {
+    fn capabilities(&self) -> LedgerCapabilities {
+        LedgerCapabilities::new(100)
+    }
+    async fn post(&self, key: EventId, body: &[u8]) -> Result<PostOutcome> {
+        self.answer("post", key, body)
+    }
+    async fn post_bulk(&self, items: &[BulkItem<'_>]) -> Result<Vec<Result<PostOutcome>>> {
+        Ok(items
+            .iter()
+            .map(|i| self.answer("bulk", i.key, i.body))
+            .collect())
+    }
+    async fn revert(
+        &self,
+        key: EventId,
+        transaction_id: u64,
+        metadata: &Metadata,
+    ) -> Result<PostOutcome> {
+        self.0
+            .lock()
+            .unwrap()
+            .reverts
+            .push((key, transaction_id, metadata.clone()));
+        self.answer("revert", key, format!("revert {transaction_id}").as_bytes())
+    }
+    async fn transaction_by_event_id(
+        &self,
+        event_id: EventId,
+    ) -> Result<Option<LedgerTransaction>> {
+        let s = self.0.lock().unwrap();
+        Ok(s.by_key.get(&event_id).map(|(id, _)| LedgerTransaction {
+            id: *id,
+            postings: Vec::new(),
+            reference: None,
+            metadata: Metadata::new(),
+            reverted: false,
+        }))
+    }
+    async fn save_account_metadata(
+        &self,
+        key: &str,
+        _account: &Account,
+        metadata: &Metadata,
+    ) -> Result<()> {
+        self.0
+            .lock()
+            .unwrap()
+            .notices
+            .push((key.to_owned(), metadata.clone()));
+        Ok(())
+    }
+    async fn aggregate_balances(&self, _address: &str) -> Result<Balances> {
+        Ok(BTreeMap::new())
+    }
+}
