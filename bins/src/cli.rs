@@ -37,6 +37,15 @@ pub enum Command {
     },
     /// Post committed outbox events to the ledger, in per-account order.
     Relay(RelayArgs),
+    /// Drop the outbox's daily partitions older than a duration, once every event in
+    /// them has a terminal outcome (PostgreSQL). Never deletes rows.
+    Retention {
+        #[arg(long, env = "OUTBOX_DATABASE")]
+        database: String,
+        /// How old a partition's last day must be, e.g. 90d, 36h, 45m.
+        #[arg(long, value_parser = parse_duration)]
+        older_than: std::time::Duration,
+    },
     /// Run the end-to-end demo on SQLite and the local dev ledger.
     #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
     Demo(crate::demo::DemoArgs),
@@ -94,4 +103,34 @@ pub struct RelayArgs {
     /// Give up on an event after this many transient failures (default: 30 with --once, never otherwise).
     #[arg(long)]
     pub max_attempts: Option<u32>,
+    /// Read the outbox through PostgreSQL logical replication (slot and publication
+    /// `outbox_<name>`) instead of polling.
+    #[arg(long, conflicts_with = "partitions")]
+    pub cdc: bool,
+    /// Run as one of several relay processes sharing N partitions of the accounts
+    /// (PostgreSQL; daemon mode only). Every member must use the same N and --name.
+    #[arg(long, conflicts_with = "once")]
+    pub partitions: Option<u32>,
+}
+
+/// `90d`, `36h`, `45m`, `30s`: a whole number and a unit.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a whole number then d, h, m or s"))?;
+    let seconds = match unit {
+        "d" => 86_400,
+        "h" => 3_600,
+        "m" => 60,
+        "s" => 1,
+        _ => return Err(format!("{text:?}: the unit must be d, h, m or s")),
+    };
+    number
+        .checked_mul(seconds)
+        .map(std::time::Duration::from_secs)
+        .ok_or_else(|| format!("{text:?} is too long"))
 }

@@ -2,6 +2,8 @@
 //! clear error naming the feature when a URL asks for one that was not compiled in.
 
 use std::sync::Arc;
+#[cfg(feature = "postgres")]
+use std::time::Duration;
 
 use outbox_core::{Error, ErrorKind, NewEvent, OutboxEvent, Relay, Result, Store};
 
@@ -10,8 +12,13 @@ use outbox_core::{Error, ErrorKind, NewEvent, OutboxEvent, Relay, Result, Store}
 pub enum Database {
     #[cfg(feature = "sqlite")]
     Sqlite(outbox_store_sqlite::SqliteConfig),
+    /// `postgres://…[?schema=NAME]`: the outbox tables live in `schema` (default: the
+    /// server's search path).
+    #[cfg(feature = "postgres")]
+    Postgres(outbox_store_postgres::PgConfig),
 }
 
+#[allow(dead_code)] // used only for the schemes whose feature is off
 fn not_compiled(scheme: &str, feature: &str) -> Error {
     Error::new(
         ErrorKind::Config,
@@ -29,12 +36,46 @@ pub fn database(url: &str) -> Result<Database> {
             #[cfg(not(feature = "sqlite"))]
             return Err(not_compiled("sqlite", "sqlite"));
         }
-        "postgres" | "postgresql" => Err(not_compiled("postgres", "postgres")),
+        "postgres" | "postgresql" => {
+            #[cfg(feature = "postgres")]
+            return postgres_config(url).map(Database::Postgres);
+            #[cfg(not(feature = "postgres"))]
+            return Err(not_compiled("postgres", "postgres"));
+        }
         _ => Err(Error::invalid(
             "database",
             format!("{url:?}: expected sqlite://PATH or postgres://…"),
         )),
     }
+}
+
+/// Takes our own `schema=` query parameter off the URL before it reaches the driver.
+#[cfg(feature = "postgres")]
+fn postgres_config(text: &str) -> Result<outbox_store_postgres::PgConfig> {
+    let mut parsed =
+        url::Url::parse(text).map_err(|e| Error::invalid("database", format!("not a URL: {e}")))?;
+    let mut schema = None;
+    let kept: Vec<(String, String)> = parsed
+        .query_pairs()
+        .filter_map(|(k, v)| {
+            if k == "schema" {
+                schema = Some(v.into_owned());
+                None
+            } else {
+                Some((k.into_owned(), v.into_owned()))
+            }
+        })
+        .collect();
+    if kept.is_empty() {
+        parsed.set_query(None);
+    } else {
+        parsed.query_pairs_mut().clear().extend_pairs(kept);
+    }
+    let config = outbox_store_postgres::PgConfig::from_url(parsed.as_str())?;
+    Ok(match schema {
+        Some(schema) => config.with_schema(schema),
+        None => config,
+    })
 }
 
 impl Database {
@@ -45,18 +86,10 @@ impl Database {
             Self::Sqlite(config) => outbox_store_sqlite::SqliteStore::open(config.clone())
                 .await
                 .map(drop),
-        }
-    }
-
-    /// The store and its default polling relay named `relay`.
-    pub async fn store_and_relay(&self, relay: &str) -> Result<(Arc<dyn Store>, Box<dyn Relay>)> {
-        match self {
-            #[cfg(feature = "sqlite")]
-            Self::Sqlite(config) => {
-                let store = outbox_store_sqlite::SqliteStore::open(config.clone()).await?;
-                let relay = store.polling_relay(relay).await?;
-                Ok((Arc::new(store), Box::new(relay)))
-            }
+            #[cfg(feature = "postgres")]
+            Self::Postgres(config) => outbox_store_postgres::PgStore::open(config.clone())
+                .await
+                .map(drop),
         }
     }
 
@@ -71,6 +104,130 @@ impl Database {
                     .await
                     .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?
             }
+            #[cfg(feature = "postgres")]
+            Self::Postgres(config) => {
+                use outbox_store_postgres::{PgStore, enqueue, map_error};
+                let store = PgStore::open(config.clone()).await?;
+                let mut tx = store.pool().begin().await.map_err(map_error)?;
+                let mut stored = Vec::with_capacity(events.len());
+                for (index, event) in events.iter().enumerate() {
+                    stored.push(
+                        enqueue(&mut tx, event)
+                            .await
+                            .map_err(|e| e.with("index", index))?,
+                    );
+                }
+                tx.commit().await.map_err(map_error)?;
+                Ok(stored)
+            }
+        }
+    }
+
+    /// The store and its default polling relay named `relay`.
+    pub async fn store_and_relay(&self, relay: &str) -> Result<(Arc<dyn Store>, Box<dyn Relay>)> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(config) => {
+                let store = outbox_store_sqlite::SqliteStore::open(config.clone()).await?;
+                let relay = store.polling_relay(relay).await?;
+                Ok((Arc::new(store), Box::new(relay)))
+            }
+            #[cfg(feature = "postgres")]
+            Self::Postgres(config) => {
+                let store = outbox_store_postgres::PgStore::open(config.clone()).await?;
+                let relay = store.polling_relay(relay).await?;
+                Ok((Arc::new(store), Box::new(relay)))
+            }
+        }
+    }
+
+    /// The store and a CDC relay (Postgres logical replication) named `relay`, with
+    /// its own slot and publication `outbox_<relay>`.
+    pub async fn store_and_cdc_relay(
+        &self,
+        relay: &str,
+    ) -> Result<(Arc<dyn Store>, Box<dyn Relay>)> {
+        match self {
+            #[cfg(feature = "postgres")]
+            Self::Postgres(config) => {
+                use outbox_store_postgres::PgStore;
+                use outbox_store_postgres::cdc::{CdcConfig, CdcRelay};
+                let store = PgStore::open(config.clone()).await?;
+                let mut cdc = CdcConfig::new(&config.url);
+                cdc.relay = relay.to_owned();
+                cdc.slot = format!("outbox_{}", relay.replace('-', "_"));
+                cdc.publication = cdc.slot.clone();
+                if let Some(schema) = &config.schema {
+                    cdc.schema = schema.clone();
+                }
+                let relay = CdcRelay::open_with_pool(cdc, store.pool().clone()).await?;
+                Ok((Arc::new(store), Box::new(relay)))
+            }
+            #[allow(unreachable_patterns)]
+            _ => {
+                let _ = relay;
+                Err(Error::invalid(
+                    "cdc",
+                    "the CDC relay reads PostgreSQL logical replication: use a postgres:// database",
+                ))
+            }
+        }
+    }
+
+    /// Runs the relay as one member of a fleet sharing `partitions` partitions until
+    /// `shutdown`, then returns the sum of its dispatchers' work.
+    pub async fn run_fleet(
+        &self,
+        relay: &str,
+        partitions: u32,
+        ledger: Arc<dyn outbox_core::Ledger>,
+        dispatch: outbox_core::DispatchConfig,
+        shutdown: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<outbox_core::Summary> {
+        match self {
+            #[cfg(feature = "postgres")]
+            Self::Postgres(config) => {
+                use outbox_core::fleet::{Fleet, FleetConfig};
+                use outbox_store_postgres::{AdvisoryLocks, PgPartitionRelays, PgStore};
+                let store = PgStore::open(config.clone()).await?;
+                let locks = Arc::new(AdvisoryLocks::connect(&config.url, relay, partitions).await?);
+                let relays = Arc::new(PgPartitionRelays::new(store, Arc::clone(&locks), relay));
+                let fleet_config = FleetConfig {
+                    check_interval: Duration::from_millis(500),
+                    dispatch,
+                };
+                Fleet::new(locks, relays, ledger, fleet_config)
+                    .run(shutdown)
+                    .await
+            }
+            #[allow(unreachable_patterns)]
+            _ => {
+                let _ = (relay, partitions, ledger, dispatch, shutdown);
+                Err(Error::invalid(
+                    "partitions",
+                    "a relay fleet shares partitions through PostgreSQL locks: use a postgres:// database",
+                ))
+            }
+        }
+    }
+
+    /// Drops the outbox partitions that ended before `cutoff`, when all their events
+    /// have a terminal outcome. Returns the days dropped and the days kept.
+    #[cfg(feature = "postgres")]
+    pub async fn retention(
+        &self,
+        cutoff: chrono::DateTime<chrono::Utc>,
+    ) -> Result<outbox_store_postgres::RetentionReport> {
+        match self {
+            Self::Postgres(config) => {
+                let store = outbox_store_postgres::PgStore::open(config.clone()).await?;
+                outbox_store_postgres::drop_expired(store.pool(), cutoff).await
+            }
+            #[allow(unreachable_patterns)]
+            _ => Err(Error::invalid(
+                "database",
+                "retention drops daily partitions of the PostgreSQL outbox; a SQLite outbox is one file, kept or archived whole",
+            )),
         }
     }
 }

@@ -1,1 +1,27 @@
-//! PostgreSQL store (work in progress).
+#![doc = include_str!("../README.md")]
+
+pub mod cdc;
+mod config;
+mod connection;
+mod enqueue;
+mod error;
+mod fleet;
+mod horizon;
+mod inbox;
+mod notify;
+pub mod partitions;
+mod position;
+mod retention;
+mod store;
+
+pub use config::PgConfig;
+pub use connection::{MIGRATIONS_TABLE, connect, migrate};
+pub use enqueue::enqueue;
+pub use error::{APPEND_ONLY_SQLSTATE, map_error};
+pub use fleet::{AdvisoryLocks, Fence, PgPartitionRelays};
+pub use horizon::{Horizon, HorizonHolder};
+pub use inbox::PgInbox;
+pub use notify::NOTIFY_CHANNEL;
+pub use partitions::{PartitionBounds, TablePartition};
+pub use retention::{RetentionReport, drop_expired};
+pub use store::PgStore;

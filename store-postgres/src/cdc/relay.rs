@@ -1,0 +1,497 @@
+//! `CdcRelay`: outbox events from PostgreSQL logical replication, in commit order, with
+//! a durable cursor and a slot confirmed only up to that cursor.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::FutureExt;
+use outbox_core::{Error, ErrorKind, OutboxEvent, Position, Relay, Result};
+use pgwire_replication::{Lsn, PgWireError, ReplicationClient, ReplicationEvent};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use tokio::time::Instant;
+
+use super::config::{CdcConfig, ReplicationTarget, redact};
+use super::decode::{self, Message, OutboxLayout};
+use super::error;
+use super::position::{BETWEEN_COMMITS, CursorTable, format_lsn, log_parts};
+use super::slot;
+use super::stream;
+
+/// A [`Relay`] that tails the outbox through a logical replication slot.
+///
+/// Positions are `Position::Log { lsn: commit LSN, row }`: commit LSNs order
+/// transactions, rows order events inside one. See the module docs for the
+/// guarantees after a restart.
+pub struct CdcRelay {
+    config: CdcConfig,
+    target: ReplicationTarget,
+    pool: PgPool,
+    cursors: CursorTable,
+    session: Option<Session>,
+    /// A stream failure seen where it could not be returned (in `wait`, or after
+    /// events were already buffered); `next_batch` reports it, then reconnects.
+    broken: Option<Error>,
+    intake: Intake,
+    /// The last position handed out by `next_batch`.
+    returned: Option<Position>,
+    /// The durable cursor.
+    acknowledged: Option<Position>,
+    last_idle_confirm: Instant,
+}
+
+/// Decoded events not yet handed out, and how far decoding got.
+#[derive(Debug, Default)]
+struct Intake {
+    ready: VecDeque<OutboxEvent>,
+    /// The last position queued (or returned). A new session re-sends everything
+    /// after the slot's confirmed point, so anything at or before this is a repeat.
+    taken: Option<Position>,
+}
+
+/// One replication connection and the pgoutput state that lives as long as it.
+struct Session {
+    client: ReplicationClient,
+    /// Relation id → the outbox layout, or `None` for another table.
+    relations: HashMap<u32, Option<OutboxLayout>>,
+    /// Commit LSN of the transaction being received (from its Begin).
+    commit_lsn: Option<u64>,
+    /// The last outbox position decoded in this session, to check the order.
+    last: Option<Position>,
+}
+
+/// How far the slot retains WAL for this relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotLag {
+    /// WAL the server keeps for the slot (from its restart point to the current WAL end).
+    pub retained_wal_bytes: u64,
+    /// WAL after the slot's confirmed point: what a restart would read again or newly.
+    pub unconfirmed_wal_bytes: u64,
+    /// Whether a replication session holds the slot now.
+    pub active: bool,
+}
+
+impl CdcRelay {
+    /// Connects, checks the server and the slot, and starts streaming after the saved cursor.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] for `wal_level` other than `logical`, a slot with the wrong
+    /// plugin or database, a slot that moved past the saved cursor or is missing while
+    /// a cursor exists (events lost), an invalid configuration; storage errors otherwise
+    /// (transient for connection trouble and a slot held by another session).
+    pub async fn open(config: CdcConfig) -> Result<Self> {
+        config.validate()?;
+        let pool = PgPoolOptions::new()
+            .max_connections(2)
+            .acquire_timeout(config.connect_timeout())
+            .connect_with(config.connect_options()?)
+            .await
+            .map_err(|e| {
+                error::sql("connecting to PostgreSQL", e).with("url", redact(&config.url))
+            })?;
+        Self::open_with_pool(config, pool).await
+    }
+
+    /// Like [`CdcRelay::open`], with the caller's pool for cursor and slot queries.
+    pub async fn open_with_pool(config: CdcConfig, pool: PgPool) -> Result<Self> {
+        config.validate()?;
+        let target = config.replication_target()?;
+        slot::check_server_wal_level(&pool).await?;
+        let cursors = CursorTable::new(&config.schema, &config.cursor_table);
+        let mut cursor = cursors.load(&pool, &config.relay).await?;
+        // The publication first: pgoutput reads it through the slot's historic
+        // catalog snapshot, so it must exist before the slot starts decoding.
+        slot::ensure_publication(&pool, &config).await?;
+        let state = slot::ensure_slot(&pool, &config, cursor).await?;
+        if cursor.is_none() {
+            // Anchor the cursor at the slot's start, so that from now on a slot
+            // that moves past it (advanced, re-created) is detected.
+            let anchor = Position::Log {
+                lsn: state.confirmed_flush,
+                row: BETWEEN_COMMITS,
+            };
+            cursors.save(&pool, &config.relay, anchor).await?;
+            cursor = cursors.load(&pool, &config.relay).await?;
+            slot::check_against_cursor(&config, state.confirmed_flush, cursor)?;
+            tracing::info!(relay = %config.relay, slot = %config.slot, created = state.created, position = ?cursor, "CDC relay starts at its slot");
+        }
+        let mut relay = Self {
+            config,
+            target,
+            pool,
+            cursors,
+            session: None,
+            broken: None,
+            intake: Intake {
+                ready: VecDeque::new(),
+                taken: cursor,
+            },
+            returned: cursor,
+            acknowledged: cursor,
+            last_idle_confirm: Instant::now(),
+        };
+        relay.connect().await?;
+        Ok(relay)
+    }
+
+    pub fn config(&self) -> &CdcConfig {
+        &self.config
+    }
+
+    /// WAL kept for the slot and not yet confirmed, for metrics and alarms: a slot
+    /// that is not consumed keeps WAL until the disk fills.
+    pub async fn slot_lag(&self) -> Result<SlotLag> {
+        let row: Option<(i64, i64, bool)> = sqlx::query_as(
+            "SELECT COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint, \
+                    COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint, \
+                    active \
+             FROM pg_replication_slots WHERE slot_name = $1",
+        )
+        .bind(&self.config.slot)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| error::sql("reading the slot lag", e))?;
+        let (retained, unconfirmed, active) = row.ok_or_else(|| {
+            Error::new(
+                ErrorKind::NotFound,
+                format!("replication slot {:?} does not exist", self.config.slot),
+            )
+            .with("slot", &self.config.slot)
+        })?;
+        Ok(SlotLag {
+            retained_wal_bytes: u64::try_from(retained).unwrap_or(0),
+            unconfirmed_wal_bytes: u64::try_from(unconfirmed).unwrap_or(0),
+            active,
+        })
+    }
+
+    /// Stops the replication session cleanly (the slot is free when this returns).
+    pub async fn shutdown(mut self) -> Result<()> {
+        if let Some(mut session) = self.session.take() {
+            let timeout = self.config.connect_timeout();
+            match tokio::time::timeout(timeout, session.client.shutdown()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "replication session ended with an error")
+                }
+                Err(_) => session.client.abort(),
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts a session from the durable cursor. The slot is checked before (it may
+    /// have been dropped or moved while no session held it; once started, the
+    /// session's first status update could mask an advance) and after (once held,
+    /// nobody else can move it).
+    async fn connect(&mut self) -> Result<()> {
+        let from = match self.acknowledged {
+            Some(position) => log_parts(position)?.0,
+            None => 0,
+        };
+        slot::verify(&self.pool, &self.config, self.acknowledged).await?;
+        let client = stream::start(&self.config, &self.target, from).await?;
+        self.session = Some(Session {
+            client,
+            relations: HashMap::new(),
+            commit_lsn: None,
+            last: None,
+        });
+        if let Err(e) = slot::verify(&self.pool, &self.config, self.acknowledged).await {
+            self.session = None;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Records a stream failure; the session is dropped and `next_batch` reports it.
+    fn fail(&mut self, err: Error) {
+        tracing::warn!(relay = %self.config.relay, slot = %self.config.slot, error = %err, "CDC stream failed");
+        self.session = None;
+        self.broken.get_or_insert(err);
+    }
+
+    /// Handles one result of the replication client.
+    async fn receive(
+        &mut self,
+        received: std::result::Result<Option<ReplicationEvent>, PgWireError>,
+    ) {
+        let outcome = match received {
+            Ok(Some(event)) => self.on_event(event).await,
+            Ok(None) => {
+                Err(Error::new(ErrorKind::Storage, "the replication stream ended").transient(None))
+            }
+            Err(e) => Err(error::replication("reading the replication stream", &e)),
+        };
+        if let Err(err) = outcome {
+            self.fail(err.with("slot", &self.config.slot));
+        }
+    }
+
+    async fn on_event(&mut self, event: ReplicationEvent) -> Result<()> {
+        let Some(session) = self.session.as_mut() else {
+            return Ok(());
+        };
+        match event {
+            ReplicationEvent::Begin { final_lsn, .. } => {
+                if let Some(open) = session.commit_lsn {
+                    return Err(protocol(format!(
+                        "Begin of commit {final_lsn} inside commit {}",
+                        format_lsn(open)
+                    )));
+                }
+                session.commit_lsn = Some(final_lsn.0);
+            }
+            ReplicationEvent::Commit { lsn, .. } => match session.commit_lsn.take() {
+                Some(open) if open == lsn.0 => {}
+                open => {
+                    return Err(protocol(format!(
+                        "Commit {lsn} does not close the open transaction ({:?})",
+                        open.map(format_lsn)
+                    )));
+                }
+            },
+            ReplicationEvent::XLogData { data, .. } => {
+                on_change(session, &mut self.intake, &self.config, &data)?;
+            }
+            ReplicationEvent::KeepAlive { wal_end, .. } => self.confirm_idle(wal_end.0).await,
+            ReplicationEvent::Message { .. } | ReplicationEvent::StoppedAt { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// While everything received is acknowledged, moves the cursor and the slot to the
+    /// server's WAL end (from a keepalive). Without this a quiet outbox in a busy
+    /// database pins WAL forever: the slot would stay at the last outbox commit.
+    ///
+    /// Safe because the keepalive follows, in stream order, every commit before that
+    /// point; none of them holds an unacknowledged outbox row.
+    async fn confirm_idle(&mut self, wal_end: u64) {
+        let Some(session) = self.session.as_ref() else {
+            return;
+        };
+        let caught_up = self.intake.ready.is_empty()
+            && session.commit_lsn.is_none()
+            && self.returned == self.acknowledged;
+        let behind = self
+            .acknowledged
+            .and_then(|a| log_parts(a).ok())
+            .is_some_and(|(lsn, _)| lsn < wal_end);
+        if !caught_up
+            || !behind
+            || self.last_idle_confirm.elapsed() < self.config.idle_confirm_interval()
+        {
+            return;
+        }
+        self.last_idle_confirm = Instant::now();
+        let position = Position::Log {
+            lsn: wal_end,
+            row: BETWEEN_COMMITS,
+        };
+        match self
+            .cursors
+            .save(&self.pool, &self.config.relay, position)
+            .await
+        {
+            Ok(true) => {
+                self.acknowledged = Some(position);
+                self.returned = Some(position);
+                self.intake.taken = Some(position);
+                session.client.update_applied_lsn(Lsn(wal_end));
+                tracing::debug!(relay = %self.config.relay, position = %position, "idle: slot moved to the WAL end");
+            }
+            Ok(false) => {
+                tracing::warn!(relay = %self.config.relay, "idle confirmation skipped: the stored cursor is ahead of this relay");
+            }
+            // Not fatal: the next keepalive tries again.
+            Err(e) => {
+                tracing::debug!(relay = %self.config.relay, error = %e, "idle confirmation failed")
+            }
+        }
+    }
+
+    /// Decodes whatever the client already holds, without waiting.
+    async fn pump(&mut self) {
+        while self.intake.ready.len() < self.config.max_buffered && self.broken.is_none() {
+            let Some(session) = self.session.as_mut() else {
+                break;
+            };
+            let Some(received) = session.client.recv().now_or_never() else {
+                break;
+            };
+            self.receive(received).await;
+        }
+    }
+}
+
+/// Applies one pgoutput change: learns relations, queues new outbox inserts.
+fn on_change(
+    session: &mut Session,
+    intake: &mut Intake,
+    config: &CdcConfig,
+    data: &[u8],
+) -> Result<()> {
+    match decode::parse(data)? {
+        Message::Relation(relation) => {
+            let is_outbox = relation.namespace == config.schema && relation.name == config.table;
+            let layout = if is_outbox {
+                Some(OutboxLayout::of(&relation)?)
+            } else {
+                None
+            };
+            session.relations.insert(relation.id, layout);
+        }
+        Message::Insert { relation, tuple } => {
+            // Another table of a wider publication: not ours.
+            let Some(Some(layout)) = session.relations.get(&relation) else {
+                return Ok(());
+            };
+            let commit_lsn = session
+                .commit_lsn
+                .ok_or_else(|| protocol("Insert outside a transaction".to_owned()))?;
+            let position = Position::Log {
+                lsn: commit_lsn,
+                row: layout.position(&tuple)?,
+            };
+            // Resuming needs positions that grow in stream order: commit LSNs do, and
+            // rows inside a commit do when `position` is DEFAULT nextval() (one session
+            // draws increasing values). A caller-chosen position could break that.
+            if session.last.is_some_and(|last| position <= last) {
+                return Err(Error::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "outbox rows out of position order inside commit {}: {position} after {}; \
+                         outbox positions must come from the table's sequence in insert order",
+                        format_lsn(commit_lsn),
+                        session.last.map(|p| p.to_string()).unwrap_or_default()
+                    ),
+                ));
+            }
+            session.last = Some(position);
+            if intake.taken.is_some_and(|taken| position <= taken) {
+                return Ok(());
+            }
+            let event = layout.event(&tuple, commit_lsn)?;
+            intake.taken = Some(position);
+            intake.ready.push_back(event);
+        }
+        Message::Update { relation } | Message::Delete { relation } => {
+            if matches!(session.relations.get(&relation), Some(Some(_))) {
+                tracing::error!(table = %config.table, "an outbox row was updated or deleted: the table must be append-only (DESIGN §2.4)");
+            }
+        }
+        Message::Truncate | Message::Ignored => {}
+    }
+    Ok(())
+}
+
+fn protocol(message: String) -> Error {
+    Error::new(ErrorKind::Internal, format!("pgoutput stream: {message}"))
+}
+
+#[async_trait]
+impl Relay for CdcRelay {
+    fn name(&self) -> &str {
+        &self.config.relay
+    }
+
+    /// Reconnects first when the stream broke; returns what is decoded now, never waits.
+    async fn next_batch(&mut self, max: usize) -> Result<Vec<OutboxEvent>> {
+        // Events queued before a failure are committed: they are handed out first,
+        // and the new session's repeats of them are skipped.
+        if self.intake.ready.is_empty() {
+            if let Some(err) = self.broken.take() {
+                return Err(err);
+            }
+            if self.session.is_none() {
+                self.connect().await?;
+            }
+        }
+        self.pump().await;
+        let n = max.min(self.config.max_batch).min(self.intake.ready.len());
+        let batch: Vec<OutboxEvent> = self.intake.ready.drain(..n).collect();
+        if let Some(last) = batch.last() {
+            self.returned = Some(last.position);
+        }
+        Ok(batch)
+    }
+
+    /// Saves `through` in the cursor table, then confirms its commit LSN to the slot.
+    ///
+    /// Confirming the commit LSN (not its end) keeps that whole transaction in the
+    /// slot: `through` may sit in the middle of it. After a restart the transaction is
+    /// streamed again and its rows up to `through` are skipped against the cursor.
+    async fn acknowledge(&mut self, through: Position) -> Result<()> {
+        let (lsn, _) = log_parts(through)?;
+        if self.acknowledged.is_some_and(|a| through <= a) {
+            return Ok(());
+        }
+        if self.returned.is_none_or(|r| through > r) {
+            return Err(Error::invalid(
+                "position",
+                format!(
+                    "{through} is after the last event this relay returned ({:?}); acknowledging it could lose events",
+                    self.returned
+                ),
+            ));
+        }
+        if !self
+            .cursors
+            .save(&self.pool, &self.config.relay, through)
+            .await?
+        {
+            return Err(Error::new(
+                ErrorKind::Config,
+                format!(
+                    "the saved cursor of relay {:?} is ahead of {through}: another relay instance uses the same name",
+                    self.config.relay
+                ),
+            )
+            .with("relay", &self.config.relay));
+        }
+        self.acknowledged = Some(through);
+        if let Some(session) = &self.session {
+            session.client.update_applied_lsn(Lsn(lsn));
+        }
+        Ok(())
+    }
+
+    fn acknowledged(&self) -> Option<Position> {
+        self.acknowledged
+    }
+
+    /// Returns at once when events are decoded; otherwise reads the stream until one
+    /// arrives or `interval` passes. Keepalives are handled on the way.
+    async fn wait(&mut self, interval: Duration) {
+        let deadline = Instant::now() + interval;
+        loop {
+            if !self.intake.ready.is_empty() || self.broken.is_some() {
+                return;
+            }
+            let Some(session) = self.session.as_mut() else {
+                tokio::time::sleep_until(deadline).await;
+                return;
+            };
+            let received = tokio::select! {
+                received = session.client.recv() => received,
+                () = tokio::time::sleep_until(deadline) => return,
+            };
+            self.receive(received).await;
+        }
+    }
+}
+
+impl fmt::Debug for CdcRelay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CdcRelay")
+            .field("relay", &self.config.relay)
+            .field("slot", &self.config.slot)
+            .field("streaming", &self.session.is_some())
+            .field("buffered", &self.intake.ready.len())
+            .field("returned", &self.returned)
+            .field("acknowledged", &self.acknowledged)
+            .finish_non_exhaustive()
+    }
+}

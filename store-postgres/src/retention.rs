@@ -1,0 +1,106 @@
+//! Retention: old outbox data leaves by dropping whole daily partitions, never by a
+//! row DELETE (DESIGN pitfall 9), and only once every event in a partition has a
+//! terminal delivery outcome.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use outbox_core::{Error, Result};
+use sqlx::{AssertSqlSafe, PgPool};
+
+use crate::error::PgResultExt;
+use crate::partitions::{TablePartition, list_partitions};
+
+/// What one retention pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetentionReport {
+    /// Days whose `outbox_events` and `outbox_deliveries` partitions were dropped.
+    pub dropped: Vec<NaiveDate>,
+    /// Days past retention kept because events in them have no terminal outcome yet,
+    /// with how many such events.
+    pub kept: Vec<(NaiveDate, u64)>,
+}
+
+/// Drops the daily partitions that ended at or before `cutoff` and whose events all
+/// have a terminal delivery record (accepted, replayed or rejected). Each day is
+/// dropped in its own transaction, events and deliveries together.
+///
+/// # Errors
+/// Storage errors. A partition that cannot be dropped stops the pass; the days
+/// already dropped stay dropped.
+pub async fn drop_expired(pool: &PgPool, cutoff: DateTime<Utc>) -> Result<RetentionReport> {
+    let partitions = list_partitions(pool).await?;
+    let mut report = RetentionReport::default();
+    let expired = partitions
+        .iter()
+        .filter(|p| p.parent == "outbox_events")
+        .filter_map(|p| {
+            let day = p.day()?;
+            let end = day.succ_opt()?.and_hms_opt(0, 0, 0)?.and_utc();
+            (end <= cutoff).then_some((day, p))
+        });
+    for (day, events) in expired {
+        let pending = pending_events(pool, events).await?;
+        if pending > 0 {
+            tracing::info!(%day, pending, "retention: partition kept, events without a terminal outcome");
+            report.kept.push((day, pending));
+            continue;
+        }
+        let deliveries = partitions
+            .iter()
+            .find(|p| p.parent == "outbox_deliveries" && p.day() == Some(day));
+        drop_day(pool, events, deliveries).await?;
+        tracing::info!(%day, "retention: partitions dropped");
+        report.dropped.push(day);
+    }
+    Ok(report)
+}
+
+/// Events of `partition` with no terminal delivery record.
+async fn pending_events(pool: &PgPool, partition: &TablePartition) -> Result<u64> {
+    let sql = format!(
+        "SELECT count(*) FROM {} e WHERE NOT EXISTS (
+             SELECT 1 FROM outbox_deliveries d WHERE d.event_id = e.event_id AND d.outcome <> 'failed')",
+        quote_ident(&partition.name)?
+    );
+    let pending: i64 = sqlx::query_scalar(AssertSqlSafe(sql))
+        .fetch_one(pool)
+        .await
+        .storage()?;
+    Ok(pending as u64)
+}
+
+async fn drop_day(
+    pool: &PgPool,
+    events: &TablePartition,
+    deliveries: Option<&TablePartition>,
+) -> Result<()> {
+    let mut tx = pool.begin().await.storage()?;
+    for partition in std::iter::once(events).chain(deliveries) {
+        let name = quote_ident(&partition.name)?;
+        let parent = quote_ident(&partition.parent)?;
+        // DETACH first: dropping a detached table needs no lock on the parent beyond
+        // the detach itself, and nothing can insert into it any more.
+        sqlx::query(AssertSqlSafe(format!(
+            "ALTER TABLE {parent} DETACH PARTITION {name}"
+        )))
+        .execute(&mut *tx)
+        .await
+        .storage()?;
+        sqlx::query(AssertSqlSafe(format!("DROP TABLE {name}")))
+            .execute(&mut *tx)
+            .await
+            .storage()?;
+    }
+    tx.commit().await.storage()
+}
+
+/// Partition names come from the catalogue, but are still checked: they are
+/// interpolated into DDL.
+fn quote_ident(name: &str) -> Result<String> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Err(Error::invalid(
+            "partition",
+            format!("{name:?} is not a plain identifier"),
+        ));
+    }
+    Ok(format!("\"{name}\""))
+}

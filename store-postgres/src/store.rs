@@ -1,0 +1,547 @@
+//! `PgStore`: the relay-side `Store` on a PostgreSQL pool, with the commit-order-safe
+//! (txid, position) reader.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, NaiveDate, Utc};
+use outbox_core::{
+    Account, DeliveryOutcome, DeliveryRecord, Error, ErrorKind, EventId, Exception, ExceptionKind,
+    Lag, NewException, OutboxEvent, Payload, PollingRelay, Position, Store, StoreCapabilities,
+    Wakeup,
+};
+use sqlx::postgres::PgRow;
+use sqlx::{Executor, PgPool, Postgres, Row};
+use tokio::sync::{OnceCell, watch};
+use uuid::Uuid;
+
+use crate::config::PgConfig;
+use crate::connection::{connect, ensure_current_partitions, run_migrations};
+use crate::error::PgResultExt;
+use crate::fleet::Fence;
+use crate::horizon::{self, Horizon};
+use crate::notify;
+use crate::partitions::{self, TablePartition};
+use crate::position::{lsn_text, parse_lsn, parse_xid8, snapshot_after, xid8_text};
+
+/// The outbox store on PostgreSQL. Cheap to clone; clones share one pool, one
+/// LISTEN task and one partition-maintenance task, which stop when the last clone is
+/// dropped.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+    /// Set on a fleet partition's view: only its accounts, fenced cursor writes.
+    scope: Option<Scope>,
+}
+
+/// One fleet partition of the accounts (`hashtextextended(account, 0)` modulo the
+/// partition count) and the lock that must still be held for its cursor to move.
+#[derive(Debug, Clone, Copy)]
+struct Scope {
+    partition: i32,
+    partitions: i32,
+    fence: Option<Fence>,
+}
+
+struct Inner {
+    pool: PgPool,
+    config: Option<PgConfig>,
+    wakeup: Wakeup,
+    /// Set once the LISTEN task runs.
+    listening: OnceCell<()>,
+    maintaining: OnceCell<()>,
+    /// Background tasks end when this sender is dropped with the store.
+    stop: watch::Sender<()>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("config", &self.inner.config)
+            .field("listening", &self.inner.listening.initialized())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// Connects, applies the migrations and makes sure the daily partitions around
+    /// today exist.
+    ///
+    /// Should creating a partition time out on its lock (a long transaction holds
+    /// `outbox_events`), the store opens anyway with a warning: rows still land in
+    /// the default partition, and the next maintenance run creates the partitions.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a bad URL or schema; storage errors (transient when the
+    /// server cannot be reached).
+    pub async fn open(config: PgConfig) -> outbox_core::Result<Self> {
+        let pool = connect(&config).await?;
+        run_migrations(&pool, &config).await?;
+        match ensure_current_partitions(&pool, &config).await {
+            Ok(_) => {}
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, "outbox partitions not created at open; will retry");
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(Self::build(pool, Some(config)))
+    }
+
+    /// A store over an existing pool whose connections already find the outbox tables
+    /// (migrated by [`crate::migrate`]). Runs no migration.
+    pub fn from_pool(pool: PgPool) -> Self {
+        Self::build(pool, None)
+    }
+
+    fn build(pool: PgPool, config: Option<PgConfig>) -> Self {
+        let (stop, _) = watch::channel(());
+        Self {
+            inner: Arc::new(Inner {
+                pool,
+                config,
+                wakeup: Wakeup::new(),
+                listening: OnceCell::new(),
+                maintaining: OnceCell::new(),
+                stop,
+            }),
+            scope: None,
+        }
+    }
+
+    /// A view of fleet partition `partition` of `partitions`: reads return only its
+    /// accounts, and with a `fence` a cursor write succeeds only while that advisory
+    /// lock is held (an instance that lost the partition cannot move its cursor).
+    /// Shares the pool and background tasks.
+    ///
+    /// # Errors
+    /// `InvalidInput` when `partition` is not below `partitions`.
+    pub fn partition_view(
+        &self,
+        partition: u32,
+        partitions: u32,
+        fence: Option<Fence>,
+    ) -> outbox_core::Result<Self> {
+        if partition >= partitions {
+            return Err(Error::invalid(
+                "partition",
+                format!("{partition} is not below the partition count {partitions}"),
+            ));
+        }
+        let int = |field: &str, v: u32| {
+            i32::try_from(v).map_err(|_| Error::invalid(field, format!("{v} is too large")))
+        };
+        Ok(Self {
+            inner: Arc::clone(&self.inner),
+            scope: Some(Scope {
+                partition: int("partition", partition)?,
+                partitions: int("partitions", partitions)?,
+                fence,
+            }),
+        })
+    }
+
+    /// The pool, for the caller's own transactions: `store.pool().begin()`, then
+    /// `enqueue(&mut *tx, …)`.
+    pub fn pool(&self) -> &PgPool {
+        &self.inner.pool
+    }
+
+    /// The configuration the store was opened with (`None` for [`PgStore::from_pool`]).
+    pub fn config(&self) -> Option<&PgConfig> {
+        self.inner.config.as_ref()
+    }
+
+    /// The default polling relay over this store, woken by `NOTIFY outbox_events`
+    /// from any process; the poll interval stays the fallback. Also keeps the daily
+    /// partitions ahead of the calendar while the store lives (when opened from a
+    /// config).
+    ///
+    /// # Errors
+    /// Storage errors while loading the cursor or subscribing.
+    pub async fn polling_relay(&self, name: &str) -> outbox_core::Result<PollingRelay<Self>> {
+        let wakeup = self.wakeup().await?;
+        self.start_partition_maintenance().await;
+        PollingRelay::open(self.clone(), name, Some(wakeup)).await
+    }
+
+    /// The wake-up the LISTEN task signals, starting that task on first use. Returns
+    /// once LISTEN is in place, so no commit after it is missed.
+    ///
+    /// # Errors
+    /// Storage errors while subscribing.
+    pub async fn wakeup(&self) -> outbox_core::Result<Wakeup> {
+        self.inner
+            .listening
+            .get_or_try_init(|| {
+                notify::start(
+                    &self.inner.pool,
+                    self.inner.wakeup.clone(),
+                    self.inner.stop.subscribe(),
+                )
+            })
+            .await?;
+        Ok(self.inner.wakeup.clone())
+    }
+
+    /// Starts the periodic partition check (once per store; needs a config).
+    pub async fn start_partition_maintenance(&self) {
+        let Some(config) = self.inner.config.clone() else {
+            return;
+        };
+        self.inner
+            .maintaining
+            .get_or_init(|| async {
+                partitions::spawn_maintenance(
+                    self.inner.pool.clone(),
+                    config,
+                    self.inner.stop.subscribe(),
+                );
+            })
+            .await;
+    }
+
+    /// What stalls the xmin-gated reader right now: see [`Horizon`].
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub async fn horizon(&self) -> outbox_core::Result<Horizon> {
+        horizon::measure(&self.inner.pool).await
+    }
+
+    /// Creates the missing daily partitions for `days` UTC days from `from`; returns
+    /// the names created. See [`partitions::ensure_partitions`].
+    ///
+    /// # Errors
+    /// Storage errors; a lock wait beyond the configured timeout is transient.
+    pub async fn ensure_partitions(
+        &self,
+        from: NaiveDate,
+        days: u32,
+    ) -> outbox_core::Result<Vec<String>> {
+        let lock_timeout = self
+            .inner
+            .config
+            .as_ref()
+            .map_or(Duration::from_secs(5), |c| c.partition_lock_timeout);
+        partitions::ensure_partitions(&self.inner.pool, from, days, lock_timeout).await
+    }
+
+    /// Every partition of `outbox_events` and `outbox_deliveries` with its bounds.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub async fn partitions(&self) -> outbox_core::Result<Vec<TablePartition>> {
+        partitions::list_partitions(&self.inner.pool).await
+    }
+}
+
+fn corrupt(column: &str, e: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Internal, format!("{column}: {e}"))
+}
+
+fn u64_column(column: &str, value: i64) -> outbox_core::Result<u64> {
+    u64::try_from(value).map_err(|_| corrupt(column, format!("negative value {value}")))
+}
+
+fn i64_field(field: &str, value: u64) -> outbox_core::Result<i64> {
+    i64::try_from(value)
+        .map_err(|_| Error::invalid(field, format!("{value} does not fit a Postgres bigint")))
+}
+
+fn event_from_row(row: &PgRow) -> outbox_core::Result<OutboxEvent> {
+    let txid: String = row.get("txid");
+    let account: String = row.get("account");
+    Ok(OutboxEvent {
+        position: Position::Snapshot {
+            txid: parse_xid8("outbox_events.txid", &txid)?,
+            row: row.get("position"),
+        },
+        event_id: EventId::from_uuid(row.get::<Uuid, _>("event_id"))
+            .map_err(|e| corrupt("outbox_events.event_id", e))?,
+        account: Account::parse(&account).map_err(|e| corrupt("outbox_events.account", e))?,
+        sequence: u64_column("outbox_events.sequence", row.get("sequence"))?,
+        payload: Payload::from_stored(row.get("payload")),
+        created_at: row.get("created_at"),
+    })
+}
+
+fn delivery_from_row(row: &PgRow) -> outbox_core::Result<DeliveryRecord> {
+    let outcome: String = row.get("outcome");
+    let attempt: i64 = row.get("attempt");
+    Ok(DeliveryRecord {
+        event_id: EventId::from_uuid(row.get::<Uuid, _>("event_id"))
+            .map_err(|e| corrupt("outbox_deliveries.event_id", e))?,
+        attempt: u32::try_from(attempt)
+            .map_err(|_| corrupt("outbox_deliveries.attempt", attempt))?,
+        outcome: DeliveryOutcome::parse(&outcome)
+            .ok_or_else(|| corrupt("outbox_deliveries.outcome", &outcome))?,
+        ledger_tx_id: row
+            .get::<Option<i64>, _>("ledger_tx_id")
+            .map(|id| u64_column("outbox_deliveries.ledger_tx_id", id))
+            .transpose()?,
+        error_code: row.get("error_code"),
+        detail: row.get("detail"),
+        at: row.get("at"),
+    })
+}
+
+pub(crate) fn exception_from_row(row: &PgRow) -> outbox_core::Result<Exception> {
+    let kind: String = row.get("kind");
+    let account: String = row.get("account");
+    Ok(Exception {
+        id: row.get("id"),
+        source: row.get("source"),
+        kind: ExceptionKind::parse(&kind).ok_or_else(|| corrupt("exceptions.kind", &kind))?,
+        account: Account::parse(&account).map_err(|e| corrupt("exceptions.account", e))?,
+        sequence: u64_column("exceptions.sequence", row.get("sequence"))?,
+        detail: row.get("detail"),
+        detected_at: row.get("detected_at"),
+    })
+}
+
+/// Inserts an exception unless an equal one exists; shared with the inbox, which
+/// passes the consumer's transaction.
+pub(crate) async fn insert_exception<'e, E>(
+    executor: E,
+    exception: &NewException,
+) -> outbox_core::Result<bool>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let inserted = sqlx::query(
+        "INSERT INTO exceptions (source, kind, account, sequence, detail)
+         VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (source, kind, account, sequence) DO NOTHING",
+    )
+    .bind(&exception.source)
+    .bind(exception.kind.as_str())
+    .bind(exception.account.as_str())
+    .bind(i64_field("sequence", exception.sequence)?)
+    .bind(&exception.detail)
+    .execute(executor)
+    .await
+    .storage()?;
+    Ok(inserted.rows_affected() == 1)
+}
+
+#[async_trait]
+impl Store for PgStore {
+    fn capabilities(&self) -> StoreCapabilities {
+        StoreCapabilities::new(true, true)
+    }
+
+    /// Reads in (txid, position) order, only below `pg_snapshot_xmin`: every row
+    /// there belongs to a transaction that has ended, and every transaction still
+    /// running (or yet to start) writes a txid at or above it, so no later commit can
+    /// sort before the returned rows. One account's rows sort in sequence order
+    /// because enqueue raises the txid to the account's previous one.
+    async fn read_committed(
+        &self,
+        after: Option<Position>,
+        limit: usize,
+    ) -> outbox_core::Result<Vec<OutboxEvent>> {
+        let (txid, row) = snapshot_after(after)?;
+        let rows = sqlx::query(
+            "SELECT position, event_id, account, sequence, payload, created_at, txid::text AS txid
+             FROM outbox_events
+             WHERE (txid, position) > ($1::text::xid8, $2)
+               AND txid < pg_snapshot_xmin(pg_current_snapshot())
+               AND ($4::int4 IS NULL OR abs(hashtextextended(account, 0) % $4::int4) = $5::int4)
+             ORDER BY txid, position
+             LIMIT $3",
+        )
+        .bind(xid8_text(txid))
+        .bind(row)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(self.scope.map(|s| s.partitions))
+        .bind(self.scope.map(|s| s.partition))
+        .fetch_all(&self.inner.pool)
+        .await
+        .storage()?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    async fn load_cursor(&self, relay: &str) -> outbox_core::Result<Option<Position>> {
+        let row = sqlx::query(
+            "SELECT position, txid::text AS txid, lsn::text AS lsn FROM relay_cursors WHERE relay = $1",
+        )
+        .bind(relay)
+        .fetch_optional(&self.inner.pool)
+        .await
+        .storage()?;
+        let Some(row) = row else { return Ok(None) };
+        let position: i64 = row.get("position");
+        let txid: Option<String> = row.get("txid");
+        let lsn: Option<String> = row.get("lsn");
+        Ok(Some(match (txid, lsn) {
+            (Some(txid), _) => Position::Snapshot {
+                txid: parse_xid8("relay_cursors.txid", &txid)?,
+                row: position,
+            },
+            (None, Some(lsn)) => Position::Log {
+                lsn: parse_lsn("relay_cursors.lsn", &lsn)?,
+                row: position,
+            },
+            (None, None) => {
+                return Err(corrupt(
+                    "relay_cursors",
+                    format!("cursor {relay:?} has neither txid nor lsn"),
+                ));
+            }
+        }))
+    }
+
+    async fn save_cursor(&self, relay: &str, position: Position) -> outbox_core::Result<()> {
+        let (txid, lsn) = match position {
+            Position::Snapshot { txid, .. } => (Some(xid8_text(txid)), None),
+            Position::Log { lsn, .. } => (None, Some(lsn_text(lsn))),
+            other => {
+                return Err(Error::new(
+                    ErrorKind::Internal,
+                    format!("{other} is not a Postgres position (snapshot or log)"),
+                ));
+            }
+        };
+        let fence = self.scope.and_then(|s| s.fence);
+        // With a fence, the write happens only while the partition's advisory lock is
+        // held by the fencing session: checked in the same statement as the write.
+        let written = sqlx::query(
+            "INSERT INTO relay_cursors (relay, position, txid, lsn, updated_at)
+             SELECT $1, $2, $3::text::xid8, $4::text::pg_lsn, clock_timestamp()
+             WHERE $5::int4 IS NULL OR EXISTS (
+                 SELECT 1 FROM pg_locks
+                 WHERE locktype = 'advisory' AND granted AND pid = $5::int4
+                   AND classid = $6::int4::oid AND objid = $7::int4::oid AND objsubid = 2)
+             ON CONFLICT (relay) DO UPDATE
+                SET position = excluded.position, txid = excluded.txid,
+                    lsn = excluded.lsn, updated_at = excluded.updated_at",
+        )
+        .bind(relay)
+        .bind(position.row())
+        .bind(txid)
+        .bind(lsn)
+        .bind(fence.map(|f| f.holder_pid))
+        .bind(fence.map(|f| f.lock_class))
+        .bind(fence.map(|f| f.partition as i32))
+        .execute(&self.inner.pool)
+        .await
+        .storage()?;
+        match fence {
+            Some(f) if written.rows_affected() == 0 => Err(Error::new(
+                ErrorKind::Storage,
+                format!(
+                    "partition {} is no longer owned by this relay: cursor not moved",
+                    f.partition
+                ),
+            )
+            .with("relay", relay)),
+            _ => Ok(()),
+        }
+    }
+
+    /// One statement, so all records or none; `WITH ORDINALITY` keeps their order
+    /// in the `id` sequence.
+    async fn append_deliveries(&self, records: &[DeliveryRecord]) -> outbox_core::Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut event_ids = Vec::with_capacity(records.len());
+        let mut attempts = Vec::with_capacity(records.len());
+        let mut outcomes = Vec::with_capacity(records.len());
+        let mut ledger_tx_ids = Vec::with_capacity(records.len());
+        let mut error_codes = Vec::with_capacity(records.len());
+        let mut details = Vec::with_capacity(records.len());
+        let mut ats: Vec<DateTime<Utc>> = Vec::with_capacity(records.len());
+        for r in records {
+            event_ids.push(r.event_id.as_uuid());
+            attempts.push(i64::from(r.attempt));
+            outcomes.push(r.outcome.as_str());
+            ledger_tx_ids.push(
+                r.ledger_tx_id
+                    .map(|id| i64_field("ledger_tx_id", id))
+                    .transpose()?,
+            );
+            error_codes.push(r.error_code.clone());
+            details.push(r.detail.clone());
+            ats.push(r.at);
+        }
+        sqlx::query(
+            "INSERT INTO outbox_deliveries (event_id, attempt, outcome, ledger_tx_id, error_code, detail, at)
+             SELECT event_id, attempt, outcome, ledger_tx_id, error_code, detail, at
+             FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::timestamptz[])
+                  WITH ORDINALITY AS r(event_id, attempt, outcome, ledger_tx_id, error_code, detail, at, n)
+             ORDER BY n",
+        )
+        .bind(event_ids)
+        .bind(attempts)
+        .bind(outcomes)
+        .bind(ledger_tx_ids)
+        .bind(error_codes)
+        .bind(details)
+        .bind(ats)
+        .execute(&self.inner.pool)
+        .await
+        .storage()
+        .map(drop)
+    }
+
+    async fn deliveries(&self, event_id: EventId) -> outbox_core::Result<Vec<DeliveryRecord>> {
+        let rows = sqlx::query(
+            "SELECT event_id, attempt, outcome, ledger_tx_id, error_code, detail, at
+             FROM outbox_deliveries WHERE event_id = $1 ORDER BY id",
+        )
+        .bind(event_id.as_uuid())
+        .fetch_all(&self.inner.pool)
+        .await
+        .storage()?;
+        rows.iter().map(delivery_from_row).collect()
+    }
+
+    async fn raise_exception(&self, exception: &NewException) -> outbox_core::Result<bool> {
+        insert_exception(&self.inner.pool, exception).await
+    }
+
+    async fn exceptions(&self) -> outbox_core::Result<Vec<Exception>> {
+        let rows = sqlx::query(
+            "SELECT id, source, kind, account, sequence, detail, detected_at FROM exceptions ORDER BY id",
+        )
+        .fetch_all(&self.inner.pool)
+        .await
+        .storage()?;
+        rows.iter().map(exception_from_row).collect()
+    }
+
+    /// Counts every committed row after the cursor, including those the horizon still
+    /// holds back, so a stalled reader shows up as lag. For a CDC cursor (an LSN) the
+    /// comparison falls back to the row position, an approximation.
+    async fn lag(&self, relay: &str) -> outbox_core::Result<Lag> {
+        // A literal prefix, so each variant stays one static statement.
+        macro_rules! pending_after {
+            ($condition:literal) => {
+                concat!(
+                    "SELECT count(*) AS pending,
+                            (extract(epoch FROM clock_timestamp() - min(created_at)) * 1e6)::bigint AS age_us
+                     FROM outbox_events ",
+                    $condition
+                )
+            };
+        }
+        let query = match self.load_cursor(relay).await? {
+            None => sqlx::query(pending_after!("")),
+            Some(Position::Snapshot { txid, row }) => sqlx::query(pending_after!(
+                "WHERE (txid, position) > ($1::text::xid8, $2)"
+            ))
+            .bind(xid8_text(txid))
+            .bind(row),
+            Some(other) => sqlx::query(pending_after!("WHERE position > $1")).bind(other.row()),
+        };
+        let row = query.fetch_one(&self.inner.pool).await.storage()?;
+        let pending: i64 = row.get("pending");
+        let age_us: Option<i64> = row.get("age_us");
+        Ok(Lag {
+            pending: pending.max(0) as u64,
+            oldest_pending_age: age_us.map(|us| Duration::from_micros(us.max(0) as u64)),
+        })
+    }
+}

@@ -1,0 +1,809 @@
+//! The CDC relay against a real PostgreSQL with `wal_level = logical`.
+//!
+//! Each test has its own schema (migrated with the crate's migrations), publication and
+//! slot, and drops them at the end, slot included: a slot left behind retains WAL.
+//! `OUTBOX_TEST_POSTGRES_URL` names the server (default
+//! `postgres://postgres@127.0.0.1:5432/test`); when it is unreachable the tests say so
+//! and pass, unless `OUTBOX_TEST_REQUIRE` is set, in which case they fail.
+
+use std::collections::{HashMap, HashSet};
+use std::process::Stdio;
+use std::str::FromStr;
+use std::time::Duration;
+
+use outbox_core::{ErrorKind, EventId, OutboxEvent, Position, Relay};
+use outbox_store_postgres::cdc::{BETWEEN_COMMITS, CdcConfig, CdcRelay, parse_lsn};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Executor, PgPool, Postgres};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::time::Instant;
+
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+/// Set in the child process of the SIGKILL test: the relay configuration as JSON.
+const CHILD_ENV: &str = "OUTBOX_CDC_CHILD";
+
+fn server_url() -> String {
+    std::env::var("OUTBOX_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+}
+
+/// One test's schema, publication and slots; dropped (slots first) when it goes.
+struct Db {
+    url: String,
+    schema: String,
+    slot: String,
+    publication: String,
+    /// Every slot name the test may have created.
+    slots: Vec<String>,
+    /// A pool whose search_path is the test's schema.
+    pool: PgPool,
+    admin: PgPool,
+}
+
+impl Db {
+    async fn new(tag: &str) -> Option<Self> {
+        let url = server_url();
+        let admin = match PgPoolOptions::new()
+            .max_connections(2)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect(&url)
+            .await
+        {
+            Ok(pool) => pool,
+            Err(e) => {
+                if std::env::var_os("OUTBOX_TEST_REQUIRE").is_some_and(|v| !v.is_empty()) {
+                    panic!(
+                        "PostgreSQL at {url} is required (OUTBOX_TEST_REQUIRE) but unreachable: {e}"
+                    );
+                }
+                eprintln!(
+                    "SKIPPED: PostgreSQL at {url} is unreachable ({e}); set OUTBOX_TEST_REQUIRE=1 to fail instead"
+                );
+                return None;
+            }
+        };
+        let suffix = &EventId::new().as_uuid().simple().to_string()[20..];
+        let name = format!("cdc_{tag}_{suffix}");
+        admin
+            .execute(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {name}")))
+            .await
+            .unwrap();
+        let options = PgConnectOptions::from_str(&url)
+            .unwrap()
+            .options([("search_path", name.as_str())]);
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await
+            .unwrap();
+        sqlx::migrate!("./migrations").run(&pool).await.unwrap();
+        Some(Self {
+            url,
+            schema: name.clone(),
+            slot: name.clone(),
+            publication: name.clone(),
+            slots: vec![name],
+            pool,
+            admin,
+        })
+    }
+
+    fn config(&self, relay: &str) -> CdcConfig {
+        let mut config = CdcConfig::new(&self.url);
+        config.slot = self.slot.clone();
+        config.publication = self.publication.clone();
+        config.relay = relay.to_owned();
+        config.schema = self.schema.clone();
+        config.status_interval_ms = 100;
+        config
+    }
+
+    async fn insert<'e, E: Executor<'e, Database = Postgres>>(
+        executor: E,
+        account: &str,
+        sequence: i64,
+    ) -> EventId {
+        let id = EventId::new();
+        sqlx::query(
+            "INSERT INTO outbox_events (event_id, account, sequence, payload) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(id.as_uuid())
+        .bind(account)
+        .bind(sequence)
+        .bind(payload(id))
+        .execute(executor)
+        .await
+        .unwrap();
+        id
+    }
+
+    /// The relay's saved cursor, read from the table.
+    async fn cursor(&self, relay: &str) -> Option<Position> {
+        let row: Option<(i64, Option<String>)> =
+            sqlx::query_as("SELECT position, lsn::text FROM relay_cursors WHERE relay = $1")
+                .bind(relay)
+                .fetch_optional(&self.pool)
+                .await
+                .unwrap();
+        row.map(|(row, lsn)| Position::Log {
+            lsn: parse_lsn(&lsn.expect("a CDC cursor has an lsn")).unwrap(),
+            row,
+        })
+    }
+
+    /// `(plugin, confirmed_flush_lsn)` of a slot.
+    async fn slot(&self, name: &str) -> Option<(String, u64)> {
+        let row: Option<(String, Option<String>)> = sqlx::query_as(
+            "SELECT plugin, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+        )
+        .bind(name)
+        .fetch_optional(&self.admin)
+        .await
+        .unwrap();
+        row.map(|(plugin, lsn)| (plugin, lsn.map_or(0, |l| parse_lsn(&l).unwrap())))
+    }
+
+    /// Waits until no session holds the slot (a stopped walsender exits a moment later).
+    async fn slot_released(&self, name: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let active: Option<bool> =
+                sqlx::query_scalar("SELECT active FROM pg_replication_slots WHERE slot_name = $1")
+                    .bind(name)
+                    .fetch_optional(&self.admin)
+                    .await
+                    .unwrap();
+            if active != Some(true) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "slot {name} still active");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let (url, schema, slots, publication) = (
+            self.url.clone(),
+            self.schema.clone(),
+            self.slots.clone(),
+            self.publication.clone(),
+        );
+        // A runtime of its own: the test's runtime may be shutting down.
+        let cleanup = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let pool = PgPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
+                for slot in &slots {
+                    for _ in 0..100 {
+                        let _ = sqlx::query(
+                            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+                             WHERE slot_name = $1 AND active_pid IS NOT NULL",
+                        )
+                        .bind(slot)
+                        .execute(&pool)
+                        .await;
+                        let dropped = sqlx::query(
+                            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1",
+                        )
+                        .bind(slot)
+                        .execute(&pool)
+                        .await;
+                        if dropped.is_ok() {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+                let _ = pool
+                    .execute(sqlx::AssertSqlSafe(format!("DROP PUBLICATION IF EXISTS {publication}")))
+                    .await;
+                let _ = pool
+                    .execute(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
+                    .await;
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+fn payload(id: EventId) -> Vec<u8> {
+    format!(r#"{{"post":{{"postings":[],"metadata":{{"outbox_event_id":"{id}"}}}}}}"#).into_bytes()
+}
+
+fn log(position: Position) -> (u64, i64) {
+    match position {
+        Position::Log { lsn, row } => (lsn, row),
+        other => panic!("not a log position: {other}"),
+    }
+}
+
+/// The part of a child's output line after its `@@ ` marker.
+fn marked(line: &str) -> Option<&str> {
+    line.find("@@ ").map(|at| &line[at + 3..])
+}
+
+fn ids(events: &[OutboxEvent]) -> Vec<EventId> {
+    events.iter().map(|e| e.event_id).collect()
+}
+
+/// Reads until `n` events arrived or `timeout` passed.
+async fn collect(
+    relay: &mut CdcRelay,
+    n: usize,
+    batch: usize,
+    timeout: Duration,
+) -> Vec<OutboxEvent> {
+    let deadline = Instant::now() + timeout;
+    let mut events = Vec::new();
+    while events.len() < n && Instant::now() < deadline {
+        let got = relay.next_batch(batch).await.expect("next_batch");
+        assert!(got.len() <= batch);
+        if got.is_empty() {
+            relay.wait(Duration::from_millis(200)).await;
+        }
+        events.extend(got);
+    }
+    events
+}
+
+/// Asserts that nothing more arrives for `time`.
+async fn assert_quiet(relay: &mut CdcRelay, time: Duration) {
+    let more = collect(relay, 1, 100, time).await;
+    assert!(more.is_empty(), "unexpected events: {:?}", ids(&more));
+}
+
+fn assert_increasing(events: &[OutboxEvent]) {
+    for pair in events.windows(2) {
+        assert!(
+            pair[0].position < pair[1].position,
+            "{:?} then {:?}",
+            pair[0].position,
+            pair[1].position
+        );
+    }
+}
+
+#[tokio::test]
+async fn commit_order_across_concurrent_transactions_and_no_rolled_back_rows() {
+    let Some(db) = Db::new("order").await else {
+        return;
+    };
+    let mut relay = CdcRelay::open(db.config("cdc-order")).await.unwrap();
+    let (plugin, _) = db
+        .slot(&db.slot)
+        .await
+        .expect("the slot is created on start");
+    assert_eq!(plugin, "pgoutput");
+
+    // tx1 inserts first but commits last; tx2 commits in between; tx3 rolls back.
+    let mut tx1 = db.pool.begin().await.unwrap();
+    let a = Db::insert(&mut *tx1, "merchants:1", 1).await;
+    let mut tx2 = db.pool.begin().await.unwrap();
+    let b = Db::insert(&mut *tx2, "merchants:2", 1).await;
+    let c = Db::insert(&mut *tx2, "merchants:2", 2).await;
+    let mut tx3 = db.pool.begin().await.unwrap();
+    let rolled_back = Db::insert(&mut *tx3, "merchants:3", 1).await;
+    tx2.commit().await.unwrap();
+    tx3.rollback().await.unwrap();
+    let d = Db::insert(&mut *tx1, "merchants:1", 2).await;
+    tx1.commit().await.unwrap();
+    let e = Db::insert(&db.pool, "merchants:4", 1).await;
+
+    let events = collect(&mut relay, 5, 2, Duration::from_secs(20)).await;
+    assert_eq!(
+        ids(&events),
+        vec![b, c, a, d, e],
+        "commit order, insert order inside one"
+    );
+    assert!(!ids(&events).contains(&rolled_back));
+    assert_increasing(&events);
+    let (lsn_b, row_b) = log(events[0].position);
+    let (lsn_c, _) = log(events[1].position);
+    let (lsn_a, row_a) = log(events[2].position);
+    let (lsn_d, _) = log(events[3].position);
+    let (lsn_e, _) = log(events[4].position);
+    assert_eq!(lsn_b, lsn_c, "one transaction, one commit LSN");
+    assert_eq!(lsn_a, lsn_d);
+    assert!(lsn_b < lsn_a && lsn_a < lsn_e);
+    assert!(
+        row_a < row_b,
+        "a's row was drawn first, yet it comes after b: commit order wins"
+    );
+    // The decoded row is the stored row.
+    assert_eq!(events[2].account.as_str(), "merchants:1");
+    assert_eq!(events[3].sequence, 2);
+    assert_eq!(events[2].payload.as_bytes(), payload(a).as_slice());
+    let stored: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT created_at FROM outbox_events WHERE event_id = $1")
+            .bind(a.as_uuid())
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(events[2].created_at, stored);
+
+    assert_quiet(&mut relay, Duration::from_millis(800)).await;
+    relay.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn acknowledge_then_restart_resumes_right_after_the_acknowledged_position() {
+    let Some(db) = Db::new("restart").await else {
+        return;
+    };
+    let config = db.config("cdc-restart");
+    let mut relay = CdcRelay::open(config.clone()).await.unwrap();
+    let mut committed = Vec::new();
+    for (tx_size, account) in [
+        (4, "merchants:10"),
+        (3, "merchants:11"),
+        (3, "merchants:12"),
+    ] {
+        let mut tx = db.pool.begin().await.unwrap();
+        for sequence in 1..=tx_size {
+            committed.push(Db::insert(&mut *tx, account, sequence).await);
+        }
+        tx.commit().await.unwrap();
+    }
+    let events = collect(&mut relay, 10, 3, Duration::from_secs(20)).await;
+    assert_eq!(ids(&events), committed);
+
+    // Acknowledge in the middle of the second transaction.
+    let through = events[5].position;
+    assert_eq!(log(events[4].position).0, log(through).0);
+    let err = relay
+        .acknowledge(Position::Log {
+            lsn: u64::MAX,
+            row: 1,
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::InvalidInput { .. }),
+        "{err}"
+    );
+    relay.acknowledge(through).await.unwrap();
+    assert_eq!(relay.acknowledged(), Some(through));
+    assert_eq!(db.cursor("cdc-restart").await, Some(through));
+    relay.shutdown().await.unwrap();
+    db.slot_released(&db.slot).await;
+    let (_, confirmed) = db.slot(&db.slot).await.unwrap();
+    assert!(
+        confirmed <= log(through).0,
+        "the slot never passes the durable cursor"
+    );
+
+    let mut later = Vec::new();
+    let mut tx = db.pool.begin().await.unwrap();
+    for sequence in 1..=2 {
+        later.push(Db::insert(&mut *tx, "merchants:13", sequence).await);
+    }
+    tx.commit().await.unwrap();
+
+    // A new relay: exactly the events after `through`, each once, in order.
+    let mut relay = CdcRelay::open(config).await.unwrap();
+    assert_eq!(relay.acknowledged(), Some(through));
+    let resumed = collect(&mut relay, 6, 4, Duration::from_secs(20)).await;
+    let mut expected = ids(&events[6..]);
+    expected.extend(later);
+    assert_eq!(ids(&resumed), expected);
+    assert!(resumed.iter().all(|e| e.position > through));
+    assert_quiet(&mut relay, Duration::from_millis(800)).await;
+    relay.shutdown().await.unwrap();
+}
+
+/// The child half of `sigkill_mid_stream_then_restart_loses_nothing`: runs only when
+/// re-invoked with `OUTBOX_CDC_CHILD`, and passes at once otherwise.
+#[tokio::test]
+async fn cdc_child_process() {
+    let Ok(config) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let config: CdcConfig = serde_json::from_str(&config).expect("child config");
+    let mut relay = CdcRelay::open(config).await.expect("child: open");
+    println!("@@ READY");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let batch = match relay.next_batch(4).await {
+            Ok(batch) => batch,
+            Err(e) => {
+                eprintln!("child: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Some(last) = batch.last().map(|e| e.position) else {
+            relay.wait(Duration::from_millis(100)).await;
+            continue;
+        };
+        for event in &batch {
+            let (lsn, row) = log(event.position);
+            println!("@@ GOT {} {lsn} {row}", event.event_id);
+        }
+        // "Posting to the ledger" takes a moment, so the kill lands mid-stream.
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        relay.acknowledge(last).await.expect("child: acknowledge");
+        let (lsn, row) = log(last);
+        println!("@@ ACK {lsn} {row}");
+    }
+}
+
+#[tokio::test]
+async fn sigkill_mid_stream_then_restart_loses_nothing() {
+    let Some(db) = Db::new("kill").await else {
+        return;
+    };
+    let config = db.config("cdc-kill");
+    let child_config = serde_json::json!({
+        "url": config.url,
+        "slot": config.slot,
+        "publication": config.publication,
+        "relay": config.relay,
+        "schema": config.schema,
+        "status_interval_ms": 50,
+    });
+    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "cdc_child_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(CHILD_ENV, child_config.to_string())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            // The harness prints "test cdc_child_process ... " before the first line.
+            if marked(&line) == Some("READY") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(ready, Ok(true), "the child relay did not start");
+
+    // Enqueue 150 events in transactions of 1 to 3, while the child consumes.
+    let pool = db.pool.clone();
+    let producer = tokio::spawn(async move {
+        let mut committed = Vec::new();
+        for i in 0..60i64 {
+            let account = format!("merchants:{}", i % 7);
+            let size = 1 + i % 3;
+            let mut tx = pool.begin().await.unwrap();
+            for _ in 0..size {
+                let sequence = i64::try_from(committed.len()).unwrap() + 1;
+                committed.push(Db::insert(&mut *tx, &account, sequence).await);
+            }
+            tx.commit().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        committed
+    });
+
+    // Kill the child once it acknowledged 40 events, mid-stream.
+    let mut got: HashMap<EventId, Position> = HashMap::new();
+    let mut acked = 0usize;
+    let mut killed = false;
+    let reading = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let Some(marked) = marked(&line) else {
+                continue;
+            };
+            let parts: Vec<&str> = marked.split_whitespace().collect();
+            match parts.as_slice() {
+                ["GOT", id, lsn, row] => {
+                    let position = Position::Log {
+                        lsn: lsn.parse().unwrap(),
+                        row: row.parse().unwrap(),
+                    };
+                    got.insert(EventId::parse(id).unwrap(), position);
+                }
+                ["ACK", ..] => {
+                    acked = got.len();
+                    if acked >= 40 && !killed {
+                        child.start_kill().unwrap(); // SIGKILL
+                        killed = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert!(reading.is_ok(), "the child's output did not end");
+    assert!(killed, "the child acknowledged only {acked} events");
+    let status = child.wait().await.unwrap();
+    assert!(!status.success(), "the child was killed: {status:?}");
+    let committed = producer.await.unwrap();
+    assert!(
+        got.len() < committed.len(),
+        "the kill did not land mid-stream"
+    );
+
+    // The durable cursor is the truth; the slot never passed it.
+    let cursor = db.cursor("cdc-kill").await.expect("a saved cursor");
+    db.slot_released(&db.slot).await;
+    let (_, confirmed) = db.slot(&db.slot).await.unwrap();
+    assert!(
+        confirmed <= log(cursor).0,
+        "slot confirmed past the durable cursor"
+    );
+    let done: HashSet<EventId> = got
+        .iter()
+        .filter(|(_, position)| **position <= cursor)
+        .map(|(id, _)| *id)
+        .collect();
+    assert!(done.len() >= 40);
+
+    let mut relay = CdcRelay::open(config).await.unwrap();
+    assert_eq!(relay.acknowledged(), Some(cursor));
+    let expected: Vec<EventId> = committed
+        .iter()
+        .filter(|id| !done.contains(id))
+        .copied()
+        .collect();
+    let resumed = collect(&mut relay, expected.len(), 16, Duration::from_secs(30)).await;
+    assert!(
+        resumed.iter().all(|e| e.position > cursor),
+        "nothing at or before the cursor again"
+    );
+    assert_increasing(&resumed);
+    // Every committed event: acknowledged before the kill, or delivered now — once.
+    assert_eq!(ids(&resumed), expected);
+    assert_quiet(&mut relay, Duration::from_millis(800)).await;
+    relay.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_slot_with_the_wrong_plugin_is_refused_by_name() {
+    let Some(mut db) = Db::new("plugin").await else {
+        return;
+    };
+    let wrong = format!("{}_td", db.slot);
+    db.slots.push(wrong.clone());
+    sqlx::query("SELECT pg_create_logical_replication_slot($1, 'test_decoding')")
+        .bind(&wrong)
+        .execute(&db.admin)
+        .await
+        .unwrap();
+    let mut config = db.config("cdc-plugin");
+    config.slot = wrong.clone();
+    let err = CdcRelay::open(config).await.unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::Config, "{err}");
+    assert_eq!(err.context("slot"), Some(wrong.as_str()));
+    assert!(err.message().contains(&wrong), "{err}");
+    assert!(err.message().contains("\"test_decoding\""), "{err}");
+    assert!(err.message().contains("pgoutput"), "{err}");
+    assert_eq!(
+        db.slot(&wrong).await.unwrap().0,
+        "test_decoding",
+        "left untouched"
+    );
+
+    // The relay's own slot name is created with pgoutput, with its publication.
+    assert!(db.slot(&db.slot).await.is_none());
+    let relay = CdcRelay::open(db.config("cdc-plugin")).await.unwrap();
+    assert_eq!(db.slot(&db.slot).await.unwrap().0, "pgoutput");
+    let via_root: bool =
+        sqlx::query_scalar("SELECT pubviaroot FROM pg_publication WHERE pubname = $1")
+            .bind(&db.publication)
+            .fetch_one(&db.admin)
+            .await
+            .unwrap();
+    assert!(via_root);
+    relay.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_slot_moved_past_the_cursor_or_recreated_is_refused_as_lost_events() {
+    let Some(db) = Db::new("lost").await else {
+        return;
+    };
+    let config = db.config("cdc-lost");
+    let mut relay = CdcRelay::open(config.clone()).await.unwrap();
+    Db::insert(&db.pool, "merchants:20", 1).await;
+    let events = collect(&mut relay, 1, 10, Duration::from_secs(20)).await;
+    relay.acknowledge(events[0].position).await.unwrap();
+    relay.shutdown().await.unwrap();
+    db.slot_released(&db.slot).await;
+
+    // Someone advances the slot past the cursor: the event below would be skipped.
+    Db::insert(&db.pool, "merchants:20", 2).await;
+    sqlx::query("SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())")
+        .bind(&db.slot)
+        .execute(&db.admin)
+        .await
+        .unwrap();
+    let err = CdcRelay::open(config.clone()).await.unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::Config, "{err}");
+    assert_eq!(err.context("slot"), Some(db.slot.as_str()));
+    assert!(err.message().starts_with("events lost"), "{err}");
+
+    // Someone drops the slot: it is not silently re-created.
+    sqlx::query("SELECT pg_drop_replication_slot($1)")
+        .bind(&db.slot)
+        .execute(&db.admin)
+        .await
+        .unwrap();
+    let err = CdcRelay::open(config).await.unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::Config, "{err}");
+    assert_eq!(err.context("slot"), Some(db.slot.as_str()));
+    assert!(err.message().contains("does not exist"), "{err}");
+    assert!(db.slot(&db.slot).await.is_none(), "no new slot was created");
+}
+
+#[tokio::test]
+async fn a_caught_up_relay_moves_its_slot_past_unrelated_wal() {
+    let Some(db) = Db::new("idle").await else {
+        return;
+    };
+    let mut config = db.config("cdc-idle");
+    config.idle_confirm_interval_ms = 100;
+    let mut relay = CdcRelay::open(config).await.unwrap();
+    Db::insert(&db.pool, "merchants:30", 1).await;
+    let events = collect(&mut relay, 1, 10, Duration::from_secs(20)).await;
+    let through = events[0].position;
+    relay.acknowledge(through).await.unwrap();
+
+    // WAL that holds no outbox row.
+    db.pool
+        .execute(
+            "CREATE TABLE unrelated (n int); INSERT INTO unrelated SELECT generate_series(1, 1000)",
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(relay.next_batch(10).await.unwrap().is_empty());
+        relay.wait(Duration::from_millis(200)).await;
+        let (_, confirmed) = db.slot(&db.slot).await.unwrap();
+        if confirmed > log(through).0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the slot stayed at the last outbox commit"
+        );
+    }
+    let idle = relay.acknowledged().unwrap();
+    assert!(idle > through);
+    assert_eq!(log(idle).1, BETWEEN_COMMITS);
+    assert_eq!(db.cursor("cdc-idle").await, Some(idle));
+
+    // The next outbox event still arrives.
+    let next = Db::insert(&db.pool, "merchants:30", 2).await;
+    let events = collect(&mut relay, 1, 10, Duration::from_secs(20)).await;
+    assert_eq!(ids(&events), vec![next]);
+    assert!(events[0].position > idle);
+    relay.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn wait_returns_when_an_event_arrives_and_otherwise_after_the_interval() {
+    let Some(db) = Db::new("wait").await else {
+        return;
+    };
+    let mut relay = CdcRelay::open(db.config("cdc-wait")).await.unwrap();
+
+    // Nothing committed: wait takes its whole interval (keepalives do not end it).
+    let started = Instant::now();
+    relay.wait(Duration::from_millis(400)).await;
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    assert!(relay.next_batch(10).await.unwrap().is_empty());
+
+    // A commit during a long wait ends it early.
+    let pool = db.pool.clone();
+    let insert = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Db::insert(&pool, "merchants:40", 1).await
+    });
+    let started = Instant::now();
+    relay.wait(Duration::from_secs(30)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "wait did not return on new data"
+    );
+    let id = insert.await.unwrap();
+    assert_eq!(ids(&relay.next_batch(10).await.unwrap()), vec![id]);
+    relay.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lost_replication_session_is_resumed_without_repeats_or_gaps() {
+    let Some(db) = Db::new("reconnect").await else {
+        return;
+    };
+    let mut relay = CdcRelay::open(db.config("cdc-reconnect")).await.unwrap();
+    let mut committed = Vec::new();
+    for account in ["merchants:50", "merchants:51"] {
+        let mut tx = db.pool.begin().await.unwrap();
+        for sequence in 1..=3 {
+            committed.push(Db::insert(&mut *tx, account, sequence).await);
+        }
+        tx.commit().await.unwrap();
+    }
+    // Half of it read, nothing acknowledged; then the walsender is killed.
+    let mut events = collect(&mut relay, 2, 2, Duration::from_secs(20)).await;
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1",
+    )
+    .bind(&db.slot)
+    .fetch_all(&db.admin)
+    .await
+    .unwrap();
+    assert_eq!(killed, vec![true]);
+    for sequence in 1..=2 {
+        committed.push(Db::insert(&db.pool, "merchants:52", sequence).await);
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut failures = 0;
+    while events.len() < committed.len() && Instant::now() < deadline {
+        match relay.next_batch(3).await {
+            Ok(batch) if batch.is_empty() => relay.wait(Duration::from_millis(200)).await,
+            Ok(batch) => events.extend(batch),
+            Err(e) => {
+                assert!(e.is_transient(), "{e}");
+                failures += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    assert!(failures >= 1, "the lost session was reported");
+    assert_eq!(ids(&events), committed, "every event once, in commit order");
+    assert_increasing(&events);
+    assert_quiet(&mut relay, Duration::from_millis(800)).await;
+    relay.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_slot_dropped_while_the_session_was_down_is_not_silently_replaced() {
+    let Some(db) = Db::new("dropped").await else {
+        return;
+    };
+    let mut relay = CdcRelay::open(db.config("cdc-dropped")).await.unwrap();
+    Db::insert(&db.pool, "merchants:60", 1).await;
+    let events = collect(&mut relay, 1, 10, Duration::from_secs(20)).await;
+    relay.acknowledge(events[0].position).await.unwrap();
+
+    sqlx::query(
+        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1",
+    )
+    .bind(&db.slot)
+    .execute(&db.admin)
+    .await
+    .unwrap();
+    db.slot_released(&db.slot).await;
+    sqlx::query("SELECT pg_drop_replication_slot($1)")
+        .bind(&db.slot)
+        .execute(&db.admin)
+        .await
+        .unwrap();
+    Db::insert(&db.pool, "merchants:60", 2).await;
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let err = loop {
+        assert!(Instant::now() < deadline, "the dropped slot went unnoticed");
+        match relay.next_batch(10).await {
+            Ok(batch) => {
+                assert!(batch.is_empty(), "no event without a slot");
+                relay.wait(Duration::from_millis(100)).await;
+            }
+            Err(e) if e.is_transient() => {}
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.kind(), &ErrorKind::Config, "{err}");
+    assert!(err.message().starts_with("events lost"), "{err}");
+    assert_eq!(err.context("slot"), Some(db.slot.as_str()));
+    assert!(db.slot(&db.slot).await.is_none(), "no new slot was created");
+}
