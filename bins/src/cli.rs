@@ -111,6 +111,10 @@ pub struct RelayArgs {
     /// (PostgreSQL; daemon mode only). Every member must use the same N and --name.
     #[arg(long, conflicts_with = "once")]
     pub partitions: Option<u32>,
+    /// With --partitions: how often ownership is checked and rebalanced; bounds how
+    /// long a dead member's partitions wait for a new owner.
+    #[arg(long, default_value_t = 500)]
+    pub partition_check_ms: u64,
 }
 
 /// `90d`, `36h`, `45m`, `30s`: a whole number and a unit.

@@ -2,8 +2,6 @@
 //! clear error naming the feature when a URL asks for one that was not compiled in.
 
 use std::sync::Arc;
-#[cfg(feature = "postgres")]
-use std::time::Duration;
 
 use outbox_core::{Error, ErrorKind, NewEvent, OutboxEvent, Relay, Result, Store};
 
@@ -182,6 +180,7 @@ impl Database {
         partitions: u32,
         ledger: Arc<dyn outbox_core::Ledger>,
         dispatch: outbox_core::DispatchConfig,
+        check_interval: std::time::Duration,
         shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> Result<outbox_core::Summary> {
         match self {
@@ -193,7 +192,7 @@ impl Database {
                 let locks = Arc::new(AdvisoryLocks::connect(&config.url, relay, partitions).await?);
                 let relays = Arc::new(PgPartitionRelays::new(store, Arc::clone(&locks), relay));
                 let fleet_config = FleetConfig {
-                    check_interval: Duration::from_millis(500),
+                    check_interval,
                     dispatch,
                 };
                 Fleet::new(locks, relays, ledger, fleet_config)
@@ -202,7 +201,14 @@ impl Database {
             }
             #[allow(unreachable_patterns)]
             _ => {
-                let _ = (relay, partitions, ledger, dispatch, shutdown);
+                let _ = (
+                    relay,
+                    partitions,
+                    ledger,
+                    dispatch,
+                    check_interval,
+                    shutdown,
+                );
                 Err(Error::invalid(
                     "partitions",
                     "a relay fleet shares partitions through PostgreSQL locks: use a postgres:// database",

@@ -32,11 +32,10 @@ pub async fn run(args: RelayArgs) -> Result<()> {
     Ok(())
 }
 
-/// Runs the dispatcher with the wiring the arguments name.
+/// Runs the dispatcher (or, with `--partitions`, a fleet member) with the wiring the
+/// arguments name.
 pub async fn relay(args: &RelayArgs) -> Result<Summary> {
-    let (store, relay) = wiring::database(&args.database)?
-        .store_and_relay(&args.name)
-        .await?;
+    let database = wiring::database(&args.database)?;
     let mut ledger_config = FormanceConfig::new(&args.ledger_url, &args.ledger_name);
     ledger_config.request_timeout_ms = args.request_timeout_ms;
     ledger_config.create_ledger_if_missing = args.create_ledger;
@@ -45,7 +44,7 @@ pub async fn relay(args: &RelayArgs) -> Result<Summary> {
             token: Secret::new(token.clone()),
         };
     }
-    let ledger = FormanceLedger::connect(&ledger_config).await?;
+    let ledger = Arc::new(FormanceLedger::connect(&ledger_config).await?);
     let config = DispatchConfig {
         batch_size: args.batch_size,
         bulk: !args.no_bulk,
@@ -55,13 +54,24 @@ pub async fn relay(args: &RelayArgs) -> Result<Summary> {
         max_attempts: args.max_attempts.or(args.once.then_some(30)),
         ..DispatchConfig::default()
     };
-    let dispatcher = Dispatcher::open(store, relay, Arc::new(ledger), config).await?;
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(async move {
         shutdown_signal().await;
         tracing::info!("shutdown requested: finishing the posts in flight");
         let _ = stop.send(true);
     });
+    if let Some(partitions) = args.partitions {
+        let check = Duration::from_millis(args.partition_check_ms);
+        return database
+            .run_fleet(&args.name, partitions, ledger, config, check, stopped)
+            .await;
+    }
+    let (store, relay) = if args.cdc {
+        database.store_and_cdc_relay(&args.name).await?
+    } else {
+        database.store_and_relay(&args.name).await?
+    };
+    let dispatcher = Dispatcher::open(store, relay, ledger, config).await?;
     let mode = if args.once {
         RunMode::Drain
     } else {

@@ -72,6 +72,9 @@ pub struct Dispatcher {
     attempted: Option<Position>,
     uncertain_through: Option<Position>,
     drained: bool,
+    /// Drain mode ends only on an empty read that follows a wait: a CDC relay reads
+    /// its replication stream in `wait`, so an empty buffer alone proves nothing.
+    looked_again: bool,
     /// A frontier position not yet saved as the cursor, and when the cursor was last saved.
     unsaved_cursor: Option<Position>,
     cursor_saved_at: Instant,
@@ -108,6 +111,7 @@ impl Dispatcher {
             attempted,
             uncertain_through: attempted,
             drained: false,
+            looked_again: false,
             unsaved_cursor: None,
             cursor_saved_at: Instant::now(),
             recording: None,
@@ -132,7 +136,12 @@ impl Dispatcher {
                 // Idle: make the cursor exact before waiting.
                 self.save_cursor().await?;
                 if mode == RunMode::Drain && self.drained && self.queues.only_stopped_left() {
-                    break;
+                    if self.looked_again {
+                        break;
+                    }
+                    self.looked_again = true;
+                    self.relay.wait(self.config.poll_interval).await;
+                    continue;
                 }
                 let unpark = self.queues.next_unpark();
                 let interval = self.config.poll_interval;
@@ -174,6 +183,9 @@ impl Dispatcher {
         }
         let batch = retry_transient!(self.relay.next_batch(self.config.batch_size))?;
         self.drained = batch.is_empty();
+        if !self.drained {
+            self.looked_again = false;
+        }
         let Some(last) = batch.last().map(|e| e.position) else {
             return Ok(());
         };

@@ -1,0 +1,384 @@
+//! The relay over PostgreSQL as a user runs it (`outbox relay` processes): a SIGKILL
+//! mid-post with the polling relay and with the CDC relay, a fleet of three relay
+//! processes losing one to SIGKILL, and retention by partition drop.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::postgres::PgOutbox;
+use common::*;
+use outbox_core::{DeliveryOutcome, EventId, Ledger, OutboxEvent, Store};
+use tokio::process::{Child, Command};
+
+fn relay(url: &str, ledger_url: &str, extra: &[&str]) -> Child {
+    Command::new(outbox_binary())
+        .args([
+            "relay",
+            "--database",
+            url,
+            "--ledger-url",
+            ledger_url,
+            "--ledger-name",
+            LEDGER,
+        ])
+        .args(["--poll-interval-ms", "50"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+async fn wait_for<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Exactly one ledger transaction per event, and per account in sequence order.
+async fn assert_exactly_once_in_order(
+    ledger: &outbox_ledger_dev::RunningDevLedger,
+    events: &[OutboxEvent],
+) {
+    assert_eq!(
+        ledger.stats().transactions as usize,
+        events.len(),
+        "ledger transaction count"
+    );
+    let reader = client(ledger, Duration::from_secs(10));
+    let mut per_account: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
+    for event in events {
+        let tx = reader
+            .transaction_by_event_id(event.event_id)
+            .await
+            .unwrap();
+        let tx = tx.unwrap_or_else(|| panic!("event {} never reached the ledger", event.event_id));
+        per_account
+            .entry(event.account.to_string())
+            .or_default()
+            .push((event.sequence, tx.id));
+    }
+    for (account, mut pairs) in per_account {
+        pairs.sort_unstable();
+        assert!(
+            pairs.windows(2).all(|w| w[0].1 < w[1].1),
+            "{account} out of order: {pairs:?}"
+        );
+    }
+}
+
+async fn crash_and_restart(cdc: bool) {
+    let Some(outbox) = PgOutbox::new().await else {
+        return;
+    };
+    let ledger = dev_ledger(None).await;
+    let name = format!("crash{}", &EventId::new().to_string()[24..]);
+    let mut extra = vec!["--name", name.as_str()];
+    if cdc {
+        extra.push("--cdc");
+    }
+    let events: Vec<_> = (0..30u64)
+        .map(|i| fund(&format!("m{}", i % 3), 100 + i))
+        .collect();
+    // CDC reads what commits after its slot exists, so it starts first (as a daemon).
+    let (mut first, stored) = if cdc {
+        let child = relay(&outbox.url(), &ledger.url(), &extra);
+        let slot = format!("outbox_{name}");
+        let pool = outbox.store.pool().clone();
+        wait_for(Duration::from_secs(30), "the CDC slot", || {
+            let (pool, slot) = (pool.clone(), slot.clone());
+            async move {
+                sqlx::query_scalar::<_, bool>("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND active)")
+                    .bind(slot)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap_or(false)
+            }
+        })
+        .await;
+        let mut events = events;
+        let target_id = events[13].event_id.unwrap();
+        ledger
+            .faults()
+            .hold_after_commit_matching(&target_id.to_string(), Duration::from_secs(60));
+        let stored = outbox.enqueue(&std::mem::take(&mut events)).await;
+        (child, stored)
+    } else {
+        let stored = outbox.enqueue(&events).await;
+        ledger
+            .faults()
+            .hold_after_commit_matching(&stored[13].event_id.to_string(), Duration::from_secs(60));
+        let mut once = extra.clone();
+        once.push("--once");
+        (relay(&outbox.url(), &ledger.url(), &once), stored)
+    };
+    let target = stored[13].clone();
+    let reader = client(&ledger, Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let committed = loop {
+        if let Some(tx) = reader
+            .transaction_by_event_id(target.event_id)
+            .await
+            .unwrap()
+        {
+            break tx;
+        }
+        assert!(
+            first.try_wait().unwrap().is_none(),
+            "relay exited before posting the target"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the target never reached the ledger"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    first.kill().await.unwrap();
+    first.wait().await.unwrap();
+    ledger.faults().clear();
+    assert!(
+        outbox
+            .store
+            .deliveries(target.event_id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let mut once = extra.clone();
+    once.push("--once");
+    let second = relay(&outbox.url(), &ledger.url(), &once)
+        .wait_with_output()
+        .await
+        .unwrap();
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+
+    let records = outbox.store.deliveries(target.event_id).await.unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (records[0].outcome, records[0].ledger_tx_id),
+        (DeliveryOutcome::Replayed, Some(committed.id))
+    );
+    assert_exactly_once_in_order(&ledger, &stored).await;
+    outbox.drop(cdc.then_some(name.as_str())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polling_relay_sigkill_between_accept_and_cursor() {
+    crash_and_restart(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cdc_relay_sigkill_between_accept_and_cursor() {
+    crash_and_restart(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_of_three_survives_a_sigkill_exactly_once_in_order() {
+    let Some(outbox) = PgOutbox::new().await else {
+        return;
+    };
+    let ledger = dev_ledger(None).await;
+    let events: Vec<_> = (0..300u64)
+        .map(|i| fund(&format!("m{}", i % 30), 10 + i))
+        .collect();
+    let stored = outbox.enqueue(&events).await;
+    // Slow answers keep the work going long enough to kill a member mid-run.
+    ledger.faults().set_delay(Duration::from_millis(60));
+    let name = format!("fleet{}", &EventId::new().to_string()[24..]);
+    let args = [
+        "--name",
+        name.as_str(),
+        "--partitions",
+        "6",
+        "--no-bulk",
+        "--partition-check-ms",
+        "200",
+    ];
+    let mut members: Vec<Child> = (0..3)
+        .map(|_| relay(&outbox.url(), &ledger.url(), &args))
+        .collect();
+
+    let store = outbox.store.clone();
+    let done = |store: outbox_store_postgres::PgStore, _events: Vec<OutboxEvent>| async move {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(DISTINCT event_id) FROM outbox_deliveries WHERE outcome <> 'failed'",
+        )
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+    };
+    wait_for(Duration::from_secs(60), "some progress", || {
+        let (store, stored) = (store.clone(), stored.clone());
+        async move { done(store, stored).await >= 60 }
+    })
+    .await;
+    let killed_at = Instant::now();
+    members[0].kill().await.unwrap(); // SIGKILL: its session ends, its locks are released
+    members[0].wait().await.unwrap();
+    assert!(
+        done(store.clone(), stored.clone()).await < 300,
+        "finished before the kill: nothing was tested"
+    );
+    ledger.faults().clear();
+    wait_for(
+        Duration::from_secs(90),
+        "every event to reach the ledger",
+        || {
+            let (store, stored) = (store.clone(), stored.clone());
+            async move { done(store, stored).await == 300 }
+        },
+    )
+    .await;
+    eprintln!(
+        "all 300 events terminal {:?} after the kill",
+        killed_at.elapsed()
+    );
+    for member in &mut members[1..] {
+        let pid = member.id().unwrap().to_string();
+        assert!(
+            std::process::Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+    for member in members.drain(1..) {
+        let out = tokio::time::timeout(Duration::from_secs(30), member.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_exactly_once_in_order(&ledger, &stored).await;
+    outbox.drop(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_drops_only_old_fully_delivered_partitions() {
+    let Some(outbox) = PgOutbox::new().await else {
+        return;
+    };
+    let today = chrono::Utc::now().date_naive();
+    let old = today - chrono::Days::new(10);
+    let older_pending = today - chrono::Days::new(9);
+    outbox.store.ensure_partitions(old, 3).await.unwrap();
+    // Event ids minted on those days land in those days' partitions.
+    let minted_on = |day: chrono::NaiveDate, n: u64| {
+        let ms = day
+            .and_hms_opt(12, 0, 0)
+            .unwrap()
+            .and_utc()
+            .timestamp_millis() as u64
+            + n;
+        let uuid = uuid::Builder::from_unix_timestamp_millis(ms, &rand_bytes(n)).into_uuid();
+        EventId::from_uuid(uuid).unwrap()
+    };
+    let mut events = Vec::new();
+    for n in 0..3 {
+        events.push(fund("r1", 10 + n).with_event_id(minted_on(old, n)));
+        events.push(fund("r2", 10 + n).with_event_id(minted_on(older_pending, n)));
+    }
+    let stored = outbox.enqueue(&events).await;
+    let now = chrono::Utc::now();
+    let record = |e: &OutboxEvent| outbox_core::DeliveryRecord {
+        event_id: e.event_id,
+        attempt: 1,
+        outcome: DeliveryOutcome::Accepted,
+        ledger_tx_id: Some(1),
+        error_code: None,
+        detail: None,
+        at: now,
+    };
+    // Every event of the old day is delivered; one of the next day is not.
+    let delivered: Vec<_> = stored
+        .iter()
+        .filter(|e| e.account.as_str() == "merchants:r1")
+        .map(record)
+        .collect();
+    let mut partly: Vec<_> = stored
+        .iter()
+        .filter(|e| e.account.as_str() == "merchants:r2")
+        .map(record)
+        .collect();
+    partly.pop();
+    outbox.store.append_deliveries(&delivered).await.unwrap();
+    outbox.store.append_deliveries(&partly).await.unwrap();
+
+    let out = std::process::Command::new(outbox_binary())
+        .args([
+            "retention",
+            "--database",
+            &outbox.url(),
+            "--older-than",
+            "5d",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains(&format!("dropped {old}")), "{stdout}");
+    assert!(
+        stdout.contains(&format!("kept {older_pending}: 1 events")),
+        "{stdout}"
+    );
+
+    let names: Vec<String> = outbox
+        .store
+        .partitions()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    let tag = |d: chrono::NaiveDate| d.format("%Y%m%d").to_string();
+    assert!(
+        !names.iter().any(|n| n.ends_with(&tag(old))),
+        "old partitions still there: {names:?}"
+    );
+    assert!(
+        names.contains(&format!("outbox_events_p{}", tag(older_pending))),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&format!("outbox_deliveries_p{}", tag(older_pending))),
+        "{names:?}"
+    );
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events")
+        .fetch_one(outbox.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 3, "only the kept day's events remain");
+    outbox.drop(None).await;
+}
+
+fn rand_bytes(seed: u64) -> [u8; 10] {
+    let mut bytes = [0u8; 10];
+    let id = uuid::Uuid::now_v7();
+    bytes.copy_from_slice(&id.as_bytes()[6..16]);
+    bytes[0] ^= seed as u8;
+    bytes
+}
