@@ -139,7 +139,10 @@ fn an_unknown_database_scheme_is_named() {
     let out = outbox(&["migrate", "--database", "mysql://x"]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("invalid database") && stderr.contains("sqlite://PATH or postgres://"), "{stderr}");
+    assert!(
+        stderr.contains("invalid database") && stderr.contains("sqlite://PATH or postgres://"),
+        "{stderr}"
+    );
 }
 
 /// Only meaningful in a build without the `postgres` feature (CI builds all features).

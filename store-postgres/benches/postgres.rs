@@ -155,9 +155,7 @@ impl Drop for Cleanup {
         })
         .join();
         match joined {
-            Ok(Some(problems)) => problems
-                .iter()
-                .for_each(|p| eprintln!("cleanup: {p}")),
+            Ok(Some(problems)) => problems.iter().for_each(|p| eprintln!("cleanup: {p}")),
             _ => eprintln!("cleanup failed; a later run sweeps leftovers older than an hour"),
         }
     }
@@ -246,13 +244,12 @@ fn stale(name: &str, prefix: &str) -> bool {
 
 /// Drops what killed runs of this bench left behind (an hour old or more).
 async fn sweep_leftovers(admin: &PgPool, url: &str) {
-    let schemas: Vec<String> = sqlx::query_scalar(
-        "SELECT nspname::text FROM pg_namespace WHERE starts_with(nspname, $1)",
-    )
-    .bind(SCHEMA_PREFIX)
-    .fetch_all(admin)
-    .await
-    .unwrap_or_default();
+    let schemas: Vec<String> =
+        sqlx::query_scalar("SELECT nspname::text FROM pg_namespace WHERE starts_with(nspname, $1)")
+            .bind(SCHEMA_PREFIX)
+            .fetch_all(admin)
+            .await
+            .unwrap_or_default();
     let slots: Vec<String> = sqlx::query_scalar(
         "SELECT slot_name::text FROM pg_replication_slots WHERE starts_with(slot_name, $1) AND NOT active",
     )
@@ -260,18 +257,22 @@ async fn sweep_leftovers(admin: &PgPool, url: &str) {
     .fetch_all(admin)
     .await
     .unwrap_or_default();
-    let publications: Vec<String> =
-        sqlx::query_scalar("SELECT pubname::text FROM pg_publication WHERE starts_with(pubname, $1)")
-            .bind(SLOT_PREFIX)
-            .fetch_all(admin)
-            .await
-            .unwrap_or_default();
+    let publications: Vec<String> = sqlx::query_scalar(
+        "SELECT pubname::text FROM pg_publication WHERE starts_with(pubname, $1)",
+    )
+    .bind(SLOT_PREFIX)
+    .fetch_all(admin)
+    .await
+    .unwrap_or_default();
     let created = Created {
         schemas: schemas
             .into_iter()
             .filter(|s| stale(s, SCHEMA_PREFIX))
             .collect(),
-        slots: slots.into_iter().filter(|s| stale(s, SLOT_PREFIX)).collect(),
+        slots: slots
+            .into_iter()
+            .filter(|s| stale(s, SLOT_PREFIX))
+            .collect(),
         publications: publications
             .into_iter()
             .filter(|s| stale(s, SLOT_PREFIX))
@@ -582,12 +583,14 @@ async fn one_transaction(
     n: i64,
 ) {
     let mut tx = conn.begin().await.unwrap();
-    sqlx::query("INSERT INTO payout_intents (merchant, amount, status) VALUES ($1, $2, 'requested')")
-        .bind(&fixture.merchants[merchant])
-        .bind(AMOUNT as i64)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    sqlx::query(
+        "INSERT INTO payout_intents (merchant, amount, status) VALUES ($1, $2, 'requested')",
+    )
+    .bind(&fixture.merchants[merchant])
+    .bind(AMOUNT as i64)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
     match variant {
         Variant::Alone => {}
         Variant::PlainRow => {
@@ -764,7 +767,13 @@ async fn section_enqueue(ctx: &Ctx) {
 // ---------------------------------------------------------------------------------------
 // Section 2: relay drain
 
-async fn relay_drain(ctx: &Ctx, store: &PgStore, name: &str, bulk: bool, events: usize) -> Duration {
+async fn relay_drain(
+    ctx: &Ctx,
+    store: &PgStore,
+    name: &str,
+    bulk: bool,
+    events: usize,
+) -> Duration {
     let relay = store.polling_relay(name).await.unwrap();
     let config = DispatchConfig {
         bulk,
@@ -876,7 +885,8 @@ async fn section_drain(ctx: &Ctx) {
             for side in 0..2 {
                 if (side + rep) % 2 == 0 {
                     let name = format!("drain-{bulk}-{rep}");
-                    relay_best = relay_best.min(relay_drain(ctx, &store, &name, bulk, events).await);
+                    relay_best =
+                        relay_best.min(relay_drain(ctx, &store, &name, bulk, events).await);
                 } else {
                     raw_best = raw_best.min(raw_drain(ctx, &store, bulk, events).await);
                 }
@@ -965,9 +975,7 @@ async fn paced_latency(ctx: &Ctx, store: &PgStore, relay: Box<dyn Relay>) -> Lat
                     let due = t0 + interval.mul_f64(i as f64);
                     tokio::time::sleep_until(due.into()).await;
                     let id = EventId::new();
-                    let event = events[rng.usize(..events.len())]
-                        .clone()
-                        .with_event_id(id);
+                    let event = events[rng.usize(..events.len())].clone().with_event_id(id);
                     let begun = Instant::now();
                     let mut tx = pool.begin().await.unwrap();
                     enqueue(&mut tx, &event).await.unwrap();
