@@ -2,8 +2,9 @@
 //!
 //! 1. Enqueue overhead: 8 concurrent clients (tasks with their own connections) run
 //!    (a) the payout intent alone, (b) intent + a plain same-size row, (c) intent +
-//!    `enqueue`, and (d) a diagnostic: intent + enqueue's counter upsert and row insert
-//!    written by hand, without the duplicate check and the NOTIFY. Rounds interleave the
+//!    `enqueue`; and two diagnostics: (d) intent + enqueue's counter upsert and row
+//!    insert written by hand, without the duplicate check and the NOTIFY, and (e) = (d)
+//!    + `pg_notify`, which tells what the commit-time NOTIFY costs. Rounds interleave the
 //!    variants (in rotating order) so drift hits them alike. Goal: (c) ≤ 1.15 × (b).
 //! 2. Relay drain to a null HTTP ledger (answers 200 at once), bulk and single: the
 //!    dispatcher with the polling relay against a raw loop that runs the same SELECT
@@ -47,7 +48,7 @@ use outbox_core::{
 };
 use outbox_ledger_formance::{FormanceConfig, FormanceLedger};
 use outbox_store_postgres::cdc::{CdcConfig, CdcRelay};
-use outbox_store_postgres::{PgConfig, PgStore, enqueue};
+use outbox_store_postgres::{NOTIFY_CHANNEL, PgConfig, PgStore, enqueue};
 use outbox_testkit::fixtures::payout;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -558,14 +559,18 @@ enum Variant {
     Alone,
     PlainRow,
     Enqueue,
-    HandWritten,
+    HandWritten { notify: bool },
 }
 
-const VARIANTS: [(&str, Variant); 4] = [
+const VARIANTS: [(&str, Variant); 5] = [
     ("(a) intent alone", Variant::Alone),
     ("(b) intent + plain row", Variant::PlainRow),
     ("(c) intent + enqueue", Variant::Enqueue),
-    ("(d) intent + upsert+insert", Variant::HandWritten),
+    (
+        "(d) intent + upsert+insert",
+        Variant::HandWritten { notify: false },
+    ),
+    ("(e) (d) + pg_notify", Variant::HandWritten { notify: true }),
 ];
 
 /// What every client task shares.
@@ -611,7 +616,7 @@ async fn one_transaction(
         Variant::Enqueue => {
             enqueue(&mut tx, &fixture.events[merchant]).await.unwrap();
         }
-        Variant::HandWritten => {
+        Variant::HandWritten { notify } => {
             let event = &fixture.events[merchant];
             let (sequence, txid): (i64, String) = sqlx::query_as(
                 "INSERT INTO outbox_sequences AS s (account, last_sequence, last_txid)
@@ -628,18 +633,30 @@ async fn one_transaction(
             let id = EventId::new();
             let payload =
                 Payload::encode(id, &event.account, sequence as u64, &event.command).unwrap();
-            sqlx::query(
-                "INSERT INTO outbox_events (event_id, account, sequence, payload, txid)
-                 VALUES ($1, $2, $3, $4, $5::text::xid8)",
-            )
-            .bind(id.as_uuid())
-            .bind(event.account.as_str())
-            .bind(sequence)
-            .bind(payload.as_bytes())
-            .bind(txid)
-            .execute(&mut *tx)
-            .await
-            .unwrap();
+            // The NOTIFY rides in the insert statement, as in enqueue: no extra round trip.
+            let statement = if notify {
+                "WITH inserted AS (
+                    INSERT INTO outbox_events (event_id, account, sequence, payload, txid)
+                    VALUES ($1, $2, $3, $4, $5::text::xid8) RETURNING 1
+                 ), notified AS (SELECT pg_notify($6, ''))
+                 SELECT 1 FROM inserted, notified"
+            } else {
+                "WITH inserted AS (
+                    INSERT INTO outbox_events (event_id, account, sequence, payload, txid)
+                    VALUES ($1, $2, $3, $4, $5::text::xid8) RETURNING 1
+                 ), notified AS (SELECT $6::text)
+                 SELECT 1 FROM inserted, notified"
+            };
+            sqlx::query(statement)
+                .bind(id.as_uuid())
+                .bind(event.account.as_str())
+                .bind(sequence)
+                .bind(payload.as_bytes())
+                .bind(txid)
+                .bind(NOTIFY_CHANNEL)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
         }
     }
     tx.commit().await.unwrap();
@@ -761,6 +778,10 @@ async fn section_enqueue(ctx: &Ctx) {
     println!(
         "   cost (c)/(d) enqueue / upsert+insert = {:.3}  (what the duplicate check + NOTIFY add)",
         cost(2, 3)
+    );
+    println!(
+        "   cost (e)/(d) with / without pg_notify = {:.3} (NOTIFY serialises commits database-wide)",
+        cost(4, 3)
     );
 }
 

@@ -41,26 +41,8 @@ async fn sigkill_between_accept_and_cursor_is_replayed_as_a_hit() {
         .hold_after_commit_matching(&target.event_id.to_string(), Duration::from_secs(60));
 
     let mut first = relay_child(&outbox, &ledger.url()).spawn().unwrap();
+    let committed = wait_for_ledger_commit(&ledger, target.event_id, &mut first).await;
     let reader = client(&ledger, Duration::from_secs(10));
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let committed = loop {
-        if let Some(tx) = reader
-            .transaction_by_event_id(target.event_id)
-            .await
-            .unwrap()
-        {
-            break tx;
-        }
-        assert!(
-            first.try_wait().unwrap().is_none(),
-            "relay exited before posting the target"
-        );
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the target never reached the ledger"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
     first.kill().await.unwrap(); // SIGKILL: no chance to record or move the cursor
     let status = first.wait().await.unwrap();
     assert!(!status.success(), "the relay was not killed: {status}");

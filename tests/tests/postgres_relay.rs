@@ -95,7 +95,7 @@ async fn crash_and_restart(cdc: bool) {
         let child = relay(&outbox.url(), &ledger.url(), &extra);
         let slot = format!("outbox_{name}");
         let pool = outbox.store.pool().clone();
-        wait_for(Duration::from_secs(30), "the CDC slot", || {
+        wait_for(Duration::from_secs(90), "the CDC slot (creating a slot waits for running transactions)", || {
             let (pool, slot) = (pool.clone(), slot.clone());
             async move {
                 sqlx::query_scalar::<_, bool>("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND active)")
@@ -123,26 +123,7 @@ async fn crash_and_restart(cdc: bool) {
         (relay(&outbox.url(), &ledger.url(), &once), stored)
     };
     let target = stored[13].clone();
-    let reader = client(&ledger, Duration::from_secs(10));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let committed = loop {
-        if let Some(tx) = reader
-            .transaction_by_event_id(target.event_id)
-            .await
-            .unwrap()
-        {
-            break tx;
-        }
-        assert!(
-            first.try_wait().unwrap().is_none(),
-            "relay exited before posting the target"
-        );
-        assert!(
-            Instant::now() < deadline,
-            "the target never reached the ledger"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let committed = wait_for_ledger_commit(&ledger, target.event_id, &mut first).await;
     first.kill().await.unwrap();
     first.wait().await.unwrap();
     ledger.faults().clear();

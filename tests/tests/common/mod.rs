@@ -207,3 +207,29 @@ pub fn outbox_binary() -> PathBuf {
     );
     bin
 }
+
+/// Waits (bounded) until the ledger holds the transaction of `event`, while the relay
+/// child that posts it is still alive; returns that transaction.
+pub async fn wait_for_ledger_commit(
+    ledger: &RunningDevLedger,
+    event: EventId,
+    child: &mut tokio::process::Child,
+) -> outbox_core::LedgerTransaction {
+    use outbox_core::Ledger;
+    let reader = client(ledger, Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(tx) = reader.transaction_by_event_id(event).await.unwrap() {
+            return tx;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "relay exited before posting {event}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{event} never reached the ledger"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
