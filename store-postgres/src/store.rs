@@ -250,7 +250,9 @@ fn i64_field(field: &str, value: u64) -> outbox_core::Result<i64> {
 }
 
 fn event_from_row(row: &PgRow) -> outbox_core::Result<OutboxEvent> {
-    let txid: String = row.get("txid");
+    // Selected as text under another name: ORDER BY `txid` would otherwise sort by the
+    // text form ('100' < '99'), skip rows past the cursor and defeat the index.
+    let txid: String = row.get("txid_text");
     let account: String = row.get("account");
     Ok(OutboxEvent {
         position: Position::Snapshot {
@@ -343,12 +345,12 @@ impl Store for PgStore {
     ) -> outbox_core::Result<Vec<OutboxEvent>> {
         let (txid, row) = snapshot_after(after)?;
         let rows = sqlx::query(
-            "SELECT position, event_id, account, sequence, payload, created_at, txid::text AS txid
+            "SELECT position, event_id, account, sequence, payload, created_at, txid::text AS txid_text
              FROM outbox_events
              WHERE (txid, position) > ($1::text::xid8, $2)
                AND txid < pg_snapshot_xmin(pg_current_snapshot())
                AND ($4::int4 IS NULL OR abs(hashtextextended(account, 0) % $4::int4) = $5::int4)
-             ORDER BY txid, position
+             ORDER BY outbox_events.txid, outbox_events.position
              LIMIT $3",
         )
         .bind(xid8_text(txid))

@@ -223,3 +223,45 @@ async fn interleaved_writers_keep_every_account_in_sequence_order() {
         assert_eq!(sequences, expected, "{account} out of order or with gaps");
     }
 }
+
+/// Rows are read in numeric txid order, not in the order of txid's text form
+/// ('100' < '99'): a text sort would hand out txid 100 first, move the cursor past it,
+/// and lose the row of txid 99 for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn txids_are_ordered_as_numbers_not_text() {
+    use outbox_core::Store;
+    let Some(db) = open_store().await else { return };
+    let insert = |txid: i64, position: i64| {
+        let pool = db.pool().clone();
+        async move {
+            sqlx::query(
+                "INSERT INTO outbox_events (position, event_id, account, sequence, payload, txid)
+                 VALUES ($1, $2, 'merchants:t', $1, '{}'::bytea, $3::text::xid8)",
+            )
+            .bind(position)
+            .bind(EventId::new().as_uuid())
+            .bind(txid.to_string())
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+    };
+    insert(100, 1).await;
+    insert(99, 2).await;
+    let first = db.store.read_committed(None, 1).await.unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(
+        first[0].position.row(),
+        2,
+        "txid 99 must come before txid 100"
+    );
+    let rest = db
+        .store
+        .read_committed(Some(first[0].position), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        rest.iter().map(|e| e.position.row()).collect::<Vec<_>>(),
+        vec![1]
+    );
+}
