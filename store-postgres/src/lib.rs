@@ -16,7 +16,7 @@ mod store;
 
 pub use config::PgConfig;
 pub use connection::{MIGRATIONS_TABLE, connect, migrate};
-pub use enqueue::enqueue;
+pub use enqueue::{EnqueueOptions, enqueue, enqueue_with};
 pub use error::{APPEND_ONLY_SQLSTATE, map_error};
 pub use fleet::{AdvisoryLocks, Fence, PgPartitionRelays};
 pub use horizon::{Horizon, HorizonHolder};

@@ -206,3 +206,33 @@ async fn listen_sessions(admin: &mut PgConnection, application_name: &str) -> i6
     .await
     .unwrap()
 }
+
+/// Writers that turn the wake-up off (a CDC relay needs none) still enqueue normally;
+/// a polling relay finds their rows on its interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_without_notify_is_found_by_polling() {
+    use outbox_store_postgres::{EnqueueOptions, enqueue_with};
+    let Some(db) = open_store().await else { return };
+    let mut relay = db.store.polling_relay("quiet").await.unwrap();
+    let mut conn = other_connection(&db.config).await;
+    let mut tx = conn.begin().await.unwrap();
+    let stored = enqueue_with(
+        &mut tx,
+        &payout("4471", 1),
+        EnqueueOptions { notify: false },
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let mut found = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while found.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the row was never read"
+        );
+        relay.wait(Duration::from_millis(50)).await;
+        found = drain(&mut relay).await;
+    }
+    assert_eq!(found, vec![stored]);
+}
