@@ -10,13 +10,8 @@
 //! `BENCH_SYNC_NORMAL=1` measures with `synchronous=NORMAL` instead of FULL.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::routing::post;
 use futures_util::stream::{self, StreamExt};
 use outbox_core::{
     Account, Amount, Asset, DispatchConfig, Dispatcher, EventId, Ledger, LedgerCommand, Metadata,
@@ -69,35 +64,6 @@ fn outbox(dir: &std::path::Path, events: usize, accounts: usize) -> SqliteStore 
     tokio::runtime::Handle::current()
         .block_on(SqliteStore::open(config))
         .unwrap()
-}
-
-/// Answers every create and bulk with success at once; counts elements.
-async fn null_ledger() -> (String, Arc<AtomicU64>) {
-    async fn bulk(State(n): State<Arc<AtomicU64>>, body: Bytes) -> String {
-        let elements = serde_json::from_slice::<Vec<serde_json::Value>>(&body)
-            .map(|v| v.len())
-            .unwrap_or(0);
-        let first = n.fetch_add(elements as u64, Ordering::Relaxed);
-        let results: Vec<String> = (0..elements as u64)
-            .map(|i| format!(r#"{{"responseType":"CREATE_TRANSACTION","logID":{0},"data":{{"id":{0},"postings":[],"metadata":{{}},"timestamp":"2026-01-01T00:00:00Z","insertedAt":"2026-01-01T00:00:00Z","reverted":false}}}}"#, first + i + 1))
-            .collect();
-        format!(r#"{{"data":[{}]}}"#, results.join(","))
-    }
-    async fn create(State(n): State<Arc<AtomicU64>>) -> String {
-        let id = n.fetch_add(1, Ordering::Relaxed) + 1;
-        format!(
-            r#"{{"data":{{"id":{id},"postings":[],"metadata":{{}},"timestamp":"2026-01-01T00:00:00Z","insertedAt":"2026-01-01T00:00:00Z","reverted":false}}}}"#
-        )
-    }
-    let counter = Arc::new(AtomicU64::new(0));
-    let app = Router::new()
-        .route("/v2/{ledger}/_bulk", post(bulk))
-        .route("/v2/{ledger}/transactions", post(create))
-        .with_state(counter.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (url, counter)
 }
 
 fn client(url: &str) -> Arc<FormanceLedger> {
@@ -185,7 +151,7 @@ fn main() {
         let events = arg("--events", 20_000);
         let accounts = arg("--accounts", 1_000);
         let dir = tempfile::TempDir::new().unwrap();
-        let (null_url, _) = null_ledger().await;
+        let null_url = outbox_testkit::null_ledger::null_ledger().await.url;
         println!("Relay drain from SQLite: {events} events over {accounts} accounts (batch 500, bulk ≤ 100, 8 requests in flight)");
         println!("{:<12} {:<6} {:>12} {:>12} {:>8}", "ledger", "bulk", "relay ev/s", "raw ev/s", "ratio");
         for (name, fresh_dev) in [("null", false), ("dev ledger", true)] {

@@ -38,15 +38,10 @@
 //! `postgres://postgres@127.0.0.1:5432/test`; `wal_level=logical` for section 3).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::routing::post;
 use chrono::{Days, Utc};
 use futures_util::stream::{self, StreamExt};
 use outbox_core::{
@@ -57,8 +52,6 @@ use outbox_ledger_formance::{FormanceConfig, FormanceLedger};
 use outbox_store_postgres::cdc::{CdcConfig, CdcRelay};
 use outbox_store_postgres::{NOTIFY_CHANNEL, PgConfig, PgStore, enqueue};
 use outbox_testkit::fixtures::payout;
-use serde::Deserialize;
-use serde::de::IgnoredAny;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection, PgPool, Row};
 use tokio::sync::watch;
@@ -494,97 +487,7 @@ fn now_ms() -> i64 {
 // ---------------------------------------------------------------------------------------
 // The null ledger
 
-#[derive(Clone)]
-struct NullLedger {
-    url: String,
-    recorder: Arc<Recorder>,
-}
-
-#[derive(Default)]
-struct Recorder {
-    next_id: AtomicU64,
-    /// Arrival times per idempotency key (the event id), while `on`.
-    on: AtomicBool,
-    arrivals: Mutex<Vec<(Uuid, Instant)>>,
-}
-
-impl Recorder {
-    fn start(&self) {
-        self.arrivals.lock().unwrap().clear();
-        self.on.store(true, Ordering::SeqCst);
-    }
-
-    fn stop(&self) -> Vec<(Uuid, Instant)> {
-        self.on.store(false, Ordering::SeqCst);
-        std::mem::take(&mut *self.arrivals.lock().unwrap())
-    }
-
-    fn count(&self) -> usize {
-        self.arrivals.lock().unwrap().len()
-    }
-}
-
-#[derive(Deserialize)]
-struct Keyed {
-    ik: String,
-}
-
-const TX_JSON: &str = r#""postings":[],"metadata":{},"timestamp":"2026-01-01T00:00:00Z","insertedAt":"2026-01-01T00:00:00Z","reverted":false"#;
-
-/// Answers every create and bulk with success at once. While recording, notes when
-/// each event id arrived.
-async fn null_ledger() -> NullLedger {
-    async fn bulk(State(recorder): State<Arc<Recorder>>, body: Bytes) -> String {
-        let arrived = Instant::now();
-        let elements = if recorder.on.load(Ordering::Relaxed) {
-            let keyed: Vec<Keyed> = serde_json::from_slice(&body).unwrap_or_default();
-            let mut arrivals = recorder.arrivals.lock().unwrap();
-            arrivals.extend(
-                keyed
-                    .iter()
-                    .filter_map(|k| Uuid::parse_str(&k.ik).ok())
-                    .map(|id| (id, arrived)),
-            );
-            keyed.len()
-        } else {
-            serde_json::from_slice::<Vec<IgnoredAny>>(&body).map_or(0, |v| v.len())
-        };
-        let first = recorder
-            .next_id
-            .fetch_add(elements as u64, Ordering::Relaxed);
-        let results: Vec<String> = (0..elements as u64)
-            .map(|i| {
-                format!(
-                    r#"{{"responseType":"CREATE_TRANSACTION","logID":{0},"data":{{"id":{0},{TX_JSON}}}}}"#,
-                    first + i + 1
-                )
-            })
-            .collect();
-        format!(r#"{{"data":[{}]}}"#, results.join(","))
-    }
-    async fn create(State(recorder): State<Arc<Recorder>>, headers: HeaderMap) -> String {
-        let arrived = Instant::now();
-        if recorder.on.load(Ordering::Relaxed)
-            && let Some(id) = headers
-                .get("Idempotency-Key")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| Uuid::parse_str(v).ok())
-        {
-            recorder.arrivals.lock().unwrap().push((id, arrived));
-        }
-        let id = recorder.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        format!(r#"{{"data":{{"id":{id},{TX_JSON}}}}}"#)
-    }
-    let recorder = Arc::new(Recorder::default());
-    let app = Router::new()
-        .route("/v2/{ledger}/_bulk", post(bulk))
-        .route("/v2/{ledger}/transactions", post(create))
-        .with_state(recorder.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    NullLedger { url, recorder }
-}
+use outbox_testkit::null_ledger::{NullLedger, null_ledger};
 
 // ---------------------------------------------------------------------------------------
 // Section 1: enqueue overhead
