@@ -404,7 +404,7 @@ impl Report {
         println!("applied by the inbox        {applied} (rejection notices included)");
         println!("duplicates absorbed         {duplicates}");
         println!(
-            "held / released             {held} / {released} (the reversal of A arrived before A)"
+            "held / released             {held} / {released} (webhooks arrive unordered; A's reversal came first and was held until A)"
         );
         println!("stale                       {stale}");
         println!("open gaps                   {}", self.gaps);
