@@ -12,10 +12,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::stream::{self, StreamExt};
 use outbox_core::{
-    Account, Amount, Asset, DispatchConfig, Dispatcher, EventId, Ledger, LedgerCommand, Metadata,
-    NewEvent, PostBody, PostCommand, Posting, RunMode,
+    Account, Amount, Asset, DispatchConfig, Dispatcher, EventId, LedgerCommand, Metadata, NewEvent,
+    PostBody, PostCommand, Posting, RunMode,
 };
 use outbox_ledger_dev::{DevLedger, DevLedgerConfig};
 use outbox_ledger_formance::{FormanceConfig, FormanceLedger};
@@ -93,51 +92,9 @@ async fn relay_drain(store: SqliteStore, url: &str, bulk: bool) -> Duration {
 /// Reads the same rows in the same batches and posts the same bodies with the same
 /// parallelism, one event per account per request group, recording nothing.
 async fn raw_loop(store: SqliteStore, url: &str, bulk: bool) -> Duration {
-    use outbox_core::{BulkItem, Store};
     let ledger = client(url);
-    let config = DispatchConfig::default();
     let start = Instant::now();
-    let mut after = None;
-    loop {
-        let batch = store
-            .read_committed(after, config.batch_size)
-            .await
-            .unwrap();
-        let Some(last) = batch.last() else { break };
-        after = Some(last.position);
-        let bodies: Vec<(EventId, Vec<u8>)> = batch
-            .iter()
-            .map(|e| (e.event_id, e.payload.split().unwrap().1.to_vec()))
-            .collect();
-        if bulk {
-            let chunks: Vec<&[(EventId, Vec<u8>)]> = bodies.chunks(config.max_bulk).collect();
-            stream::iter(chunks)
-                .map(|chunk| {
-                    let ledger = ledger.clone();
-                    async move {
-                        let items: Vec<BulkItem<'_>> = chunk
-                            .iter()
-                            .map(|(k, b)| BulkItem { key: *k, body: b })
-                            .collect();
-                        ledger.post_bulk(&items).await.unwrap();
-                    }
-                })
-                .buffer_unordered(config.parallel_requests)
-                .collect::<Vec<()>>()
-                .await;
-        } else {
-            stream::iter(&bodies)
-                .map(|(k, b)| {
-                    let ledger = ledger.clone();
-                    async move {
-                        ledger.post(*k, b).await.unwrap();
-                    }
-                })
-                .buffer_unordered(config.parallel_requests)
-                .collect::<Vec<()>>()
-                .await;
-        }
-    }
+    outbox_testkit::raw_drain::raw_drain(&store, ledger.as_ref(), bulk).await;
     start.elapsed()
 }
 

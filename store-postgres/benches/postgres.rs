@@ -43,10 +43,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{Days, Utc};
-use futures_util::stream::{self, StreamExt};
 use outbox_core::{
-    BulkItem, DispatchConfig, Dispatcher, EventId, Ledger, NewEvent, Payload, Position, Relay,
-    RunMode, Store,
+    DispatchConfig, Dispatcher, EventId, NewEvent, Payload, Position, Relay, RunMode, Store,
 };
 use outbox_ledger_formance::{FormanceConfig, FormanceLedger};
 use outbox_store_postgres::cdc::{CdcConfig, CdcRelay};
@@ -771,54 +769,11 @@ async fn relay_drain(
     elapsed
 }
 
-/// The same SELECT in the same batches, the same bodies with the same parallelism;
-/// no delivery records, no cursor.
+/// The baseline: the same reads and posts, no delivery records, no cursor.
 async fn raw_drain(ctx: &Ctx, store: &PgStore, bulk: bool, events: usize) -> Duration {
     let ledger = ctx.ledger_client();
-    let config = DispatchConfig::default();
     let start = Instant::now();
-    let mut after = None;
-    let mut seen = 0;
-    loop {
-        let batch = store
-            .read_committed(after, config.batch_size)
-            .await
-            .unwrap();
-        let Some(last) = batch.last() else { break };
-        after = Some(last.position);
-        seen += batch.len();
-        let bodies: Vec<(EventId, Vec<u8>)> = batch
-            .iter()
-            .map(|e| (e.event_id, e.payload.split().unwrap().1.to_vec()))
-            .collect();
-        if bulk {
-            stream::iter(bodies.chunks(config.max_bulk))
-                .map(|chunk| {
-                    let ledger = ledger.clone();
-                    async move {
-                        let items: Vec<BulkItem<'_>> = chunk
-                            .iter()
-                            .map(|(k, b)| BulkItem { key: *k, body: b })
-                            .collect();
-                        ledger.post_bulk(&items).await.unwrap();
-                    }
-                })
-                .buffer_unordered(config.parallel_requests)
-                .collect::<Vec<()>>()
-                .await;
-        } else {
-            stream::iter(&bodies)
-                .map(|(k, b)| {
-                    let ledger = ledger.clone();
-                    async move {
-                        ledger.post(*k, b).await.unwrap();
-                    }
-                })
-                .buffer_unordered(config.parallel_requests)
-                .collect::<Vec<()>>()
-                .await;
-        }
-    }
+    let seen = outbox_testkit::raw_drain::raw_drain(store, ledger.as_ref(), bulk).await;
     assert_eq!(seen, events);
     start.elapsed()
 }

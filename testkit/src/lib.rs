@@ -9,6 +9,7 @@ pub mod fixtures;
 pub mod harness;
 pub mod inbox_cases;
 pub mod null_ledger;
+pub mod raw_drain;
 pub mod store_cases;
 
 pub use harness::{InboxHarness, StoreHarness};
