@@ -92,6 +92,7 @@ async fn crash_and_restart(cdc: bool) {
         .collect();
     // CDC reads what commits after its slot exists, so it starts first (as a daemon).
     let (mut first, stored) = if cdc {
+        common::postgres::drop_stale_crash_slots(outbox.store.pool()).await;
         let child = relay(&outbox.url(), &ledger.url(), &extra);
         let slot = format!("outbox_{name}");
         let pool = outbox.store.pool().clone();

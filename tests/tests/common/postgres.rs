@@ -20,7 +20,10 @@ impl PgOutbox {
     pub async fn new() -> Option<Self> {
         let schema = format!("outbox_e2e_{}", uuid::Uuid::now_v7().simple());
         match PgStore::open(PgConfig::new(server_url()).with_schema(&schema)).await {
-            Ok(store) => Some(Self { schema, store }),
+            Ok(store) => {
+                sweep_leftovers(store.pool()).await;
+                Some(Self { schema, store })
+            }
             Err(e) if std::env::var_os("OUTBOX_TEST_REQUIRE").is_none() => {
                 eprintln!("SKIPPED: no PostgreSQL at {} ({e})", server_url());
                 None
@@ -72,4 +75,41 @@ impl PgOutbox {
         .execute(&pool)
         .await;
     }
+}
+
+/// Drops `outbox_e2e_*` schemas that killed or failed runs left behind more than an
+/// hour ago (their names carry a UUID v7, so its time).
+async fn sweep_leftovers(pool: &sqlx::PgPool) {
+    let names: Vec<String> = sqlx::query_scalar(
+        "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'outbox_e2e_%'",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap_or_default();
+    let hour_ago = chrono::Utc::now().timestamp_millis() - 3_600_000;
+    for name in names {
+        let stale = uuid::Uuid::parse_str(name.trim_start_matches("outbox_e2e_"))
+            .ok()
+            .and_then(|id| id.get_timestamp())
+            .is_some_and(|ts| (ts.to_unix().0 as i64) * 1000 < hour_ago);
+        if stale {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP SCHEMA \"{name}\" CASCADE"
+            )))
+            .execute(pool)
+            .await;
+        }
+    }
+}
+
+/// Drops inactive slots an earlier run of the CDC crash test left behind (an inactive
+/// slot keeps WAL forever). Only that test calls it, before making its own slot: no
+/// other test's slot matches.
+pub async fn drop_stale_crash_slots(pool: &sqlx::PgPool) {
+    let _ = sqlx::query(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+         WHERE slot_name LIKE 'outbox_crash%' AND NOT active",
+    )
+    .execute(pool)
+    .await;
 }
