@@ -18,7 +18,8 @@ pub use summary::Summary;
 
 use self::queues::{Pending, Queues};
 use crate::domain::{
-    Metadata, OUTBOX_ACCOUNT_KEY, OUTBOX_EVENT_ID_KEY, OUTBOX_SEQUENCE_KEY, OutboxEvent, Position,
+    Metadata, OUTBOX_ACCOUNT_KEY, OUTBOX_EVENT_ID_KEY, OUTBOX_SEQUENCE_KEY, OutboxEvent,
+    PayloadKind, Position,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::exception::{ExceptionKind, NewException};
@@ -203,6 +204,7 @@ impl Dispatcher {
 
     async fn admit(&mut self, event: OutboxEvent) -> Result<()> {
         let uncertain = self.uncertain_through.is_some_and(|u| event.position <= u);
+        let post = matches!(event.payload.split(), Ok((PayloadKind::Post, _)));
         let mut attempts = 0;
         if uncertain {
             let records = retry_transient!(self.store.deliveries(event.event_id))?;
@@ -218,6 +220,7 @@ impl Dispatcher {
             attempts,
             failures: 0,
             uncertain,
+            post,
         });
         Ok(())
     }

@@ -15,6 +15,9 @@ pub(crate) struct Pending {
     pub failures: u32,
     /// May have reached the ledger before a crash: sent alone, so a replay shows its hit.
     pub uncertain: bool,
+    /// A plain post (not a revert, not unreadable): may go in a bulk call. Decided once
+    /// when the event is read, not on every attempt.
+    pub post: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -25,10 +25,9 @@ pub(crate) async fn send_round(
     let mut jobs = Vec::new();
     let mut bulkable = Vec::new();
     for head in heads {
-        let is_post = matches!(head.event.payload.split(), Ok((PayloadKind::Post, _)));
         // Bulk answers carry no hit flag, so an event that may already be in the ledger
         // is sent alone: its replay is then seen as Idempotency-Hit and recorded so.
-        if use_bulk && is_post && !head.uncertain {
+        if use_bulk && head.post && !head.uncertain {
             bulkable.push(head);
         } else {
             jobs.push(Job::Alone(head));

@@ -18,6 +18,18 @@ pub struct Summary {
     pub stopped: Vec<Account>,
 }
 
+impl std::ops::AddAssign for Summary {
+    /// Adds another run's work (a fleet sums its partitions' dispatchers).
+    fn add_assign(&mut self, other: Self) {
+        self.accepted += other.accepted;
+        self.replayed += other.replayed;
+        self.rejected += other.rejected;
+        self.retried += other.retried;
+        self.already_done += other.already_done;
+        self.stopped.extend(other.stopped);
+    }
+}
+
 impl Summary {
     /// Events that reached a terminal outcome in this run.
     pub fn terminal(&self) -> u64 {

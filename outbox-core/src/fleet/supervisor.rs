@@ -194,20 +194,11 @@ impl Fleet {
         if let Some(running) = self.running.remove(&partition) {
             let _ = running.stop.send(true);
             match running.task.await {
-                Ok(Ok(summary)) => add(&mut self.total, summary),
+                Ok(Ok(summary)) => self.total += summary,
                 Ok(Err(e)) => tracing::error!(partition, error = %e, "partition dispatcher failed"),
                 Err(e) => tracing::error!(partition, error = %e, "partition dispatcher panicked"),
             }
         }
         self.locks.release(partition).await
     }
-}
-
-fn add(total: &mut Summary, part: Summary) {
-    total.accepted += part.accepted;
-    total.replayed += part.replayed;
-    total.rejected += part.rejected;
-    total.retried += part.retried;
-    total.already_done += part.already_done;
-    total.stopped.extend(part.stopped);
 }
