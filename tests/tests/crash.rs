@@ -4,28 +4,10 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::*;
 use outbox_core::{DeliveryOutcome, Ledger, Store};
-
-fn relay_child(outbox: &Outbox, ledger_url: &str) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(outbox_binary());
-    cmd.args([
-        "relay",
-        "--once",
-        "--database",
-        &outbox.url(),
-        "--ledger-url",
-        ledger_url,
-    ])
-    .args(["--ledger-name", LEDGER, "--poll-interval-ms", "50"])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .kill_on_drop(true);
-    cmd
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_between_accept_and_cursor_is_replayed_as_a_hit() {
@@ -40,7 +22,9 @@ async fn sigkill_between_accept_and_cursor_is_replayed_as_a_hit() {
         .faults()
         .hold_after_commit_matching(&target.event_id.to_string(), Duration::from_secs(60));
 
-    let mut first = relay_child(&outbox, &ledger.url()).spawn().unwrap();
+    let mut first = relay_process(&outbox.url(), &ledger.url(), &["--once"])
+        .spawn()
+        .unwrap();
     let committed = wait_for_ledger_commit(&ledger, target.event_id, &mut first).await;
     let reader = client(&ledger, Duration::from_secs(10));
     first.kill().await.unwrap(); // SIGKILL: no chance to record or move the cursor
@@ -63,7 +47,10 @@ async fn sigkill_between_accept_and_cursor_is_replayed_as_a_hit() {
         "the cursor moved past the target: {cursor:?}"
     );
 
-    let second = relay_child(&outbox, &ledger.url()).output().await.unwrap();
+    let second = relay_process(&outbox.url(), &ledger.url(), &["--once"])
+        .output()
+        .await
+        .unwrap();
     assert!(
         second.status.success(),
         "{}",

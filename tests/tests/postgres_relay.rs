@@ -5,32 +5,15 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::postgres::PgOutbox;
 use common::*;
 use outbox_core::{DeliveryOutcome, EventId, Ledger, OutboxEvent, Store};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 fn relay(url: &str, ledger_url: &str, extra: &[&str]) -> Child {
-    Command::new(outbox_binary())
-        .args([
-            "relay",
-            "--database",
-            url,
-            "--ledger-url",
-            ledger_url,
-            "--ledger-name",
-            LEDGER,
-        ])
-        .args(["--poll-interval-ms", "50"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
+    relay_process(url, ledger_url, extra).spawn().unwrap()
 }
 
 async fn wait_for<F, Fut>(limit: Duration, what: &str, mut check: F)

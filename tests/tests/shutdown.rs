@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::*;
@@ -20,23 +19,7 @@ async fn sigterm_drains_in_flight_posts_and_exits_cleanly() {
     );
     // Every answer takes 300 ms, so a post is in flight when the signal arrives.
     ledger.faults().set_delay(Duration::from_millis(300));
-    let daemon = tokio::process::Command::new(outbox_binary())
-        .args([
-            "relay",
-            "--database",
-            &outbox.url(),
-            "--ledger-url",
-            &ledger.url(),
-        ])
-        .args([
-            "--ledger-name",
-            LEDGER,
-            "--poll-interval-ms",
-            "50",
-            "--no-bulk",
-        ])
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
+    let daemon = relay_process(&outbox.url(), &ledger.url(), &["--no-bulk"])
         .spawn()
         .unwrap();
     let store = outbox.store.clone();

@@ -81,9 +81,9 @@ impl TreasuryConsumer {
         &self.stats
     }
 
-    /// Applies one message in its own transaction.
-    pub fn apply_one(&self, message: InboxMessage) -> Result<Accepted> {
-        let mut conn = connect(&self.config)?;
+    /// Applies one message in its own transaction on `conn` (a connection from
+    /// [`TreasuryConsumer::connect`], reused across the messages of a delivery).
+    pub fn apply_one(&self, conn: &mut Connection, message: InboxMessage) -> Result<Accepted> {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(map_error)?;
@@ -110,6 +110,11 @@ impl TreasuryConsumer {
             Accepted::Held { .. } => _ = s.held.fetch_add(1, Ordering::Relaxed),
             Accepted::Conflict { .. } => _ = s.conflicts.fetch_add(1, Ordering::Relaxed),
         }
+    }
+
+    /// A connection to the consumer database, for [`TreasuryConsumer::apply_one`].
+    pub fn connect(&self) -> Result<Connection> {
+        connect(&self.config)
     }
 
     /// Raises alarms for gaps older than the alarm age (never skips them).
@@ -190,9 +195,10 @@ impl MessageSink for TreasuryConsumer {
         let this = self.clone();
         let delivery_id = delivery_id.to_owned();
         tokio::task::spawn_blocking(move || {
+            let mut conn = this.connect()?;
             for message in messages {
                 let (id, account, sequence) = (message.instruction_id.clone(), message.account.clone(), message.sequence);
-                let accepted = this.apply_one(message).map_err(|e| e.with("delivery", &delivery_id))?;
+                let accepted = this.apply_one(&mut conn, message).map_err(|e| e.with("delivery", &delivery_id))?;
                 tracing::debug!(instruction_id = %id, %account, sequence, ?accepted, "treasury inbox");
             }
             Ok(())

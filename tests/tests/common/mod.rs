@@ -195,14 +195,14 @@ pub async fn eventually<F: FnMut() -> bool>(limit: Duration, what: &str, mut don
     }
 }
 
-/// The `outbox` binary built beside this test binary (`cargo test --workspace` builds it).
+/// The `outbox` binary built beside this test binary (`cargo test --workspace --all-features` builds it with the features these tests need).
 pub fn outbox_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(Path::parent).unwrap();
     let bin = dir.join("outbox");
     assert!(
         bin.exists(),
-        "{} is missing: run `cargo build -p outbox-bins` first",
+        "{} is missing: run `cargo build -p outbox-bins --features all` first (`cargo test --workspace --all-features` builds it)",
         bin.display()
     );
     bin
@@ -232,4 +232,29 @@ pub async fn wait_for_ledger_commit(
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// An `outbox relay` process against `ledger_url` (ledger `payouts`, 50 ms polls),
+/// with `extra` arguments; output captured, killed if dropped.
+pub fn relay_process(
+    database_url: &str,
+    ledger_url: &str,
+    extra: &[&str],
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(outbox_binary());
+    cmd.args([
+        "relay",
+        "--database",
+        database_url,
+        "--ledger-url",
+        ledger_url,
+        "--ledger-name",
+        LEDGER,
+    ])
+    .args(["--poll-interval-ms", "50"])
+    .args(extra)
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .kill_on_drop(true);
+    cmd
 }
