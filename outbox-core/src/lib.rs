@@ -4,6 +4,7 @@ pub mod dispatch;
 pub mod domain;
 mod error;
 pub mod exception;
+pub mod fanout;
 pub mod fleet;
 pub mod inbox;
 pub mod ledger;
@@ -16,6 +17,10 @@ pub use dispatch::{Backoff, DispatchConfig, Dispatcher, RunMode, Summary};
 pub use domain::*;
 pub use error::{Error, ErrorKind, Result, Retry};
 pub use exception::{Exception, ExceptionKind, NewException};
+pub use fanout::{
+    AppendOutcome, FanoutMessage, FanoutStore, MessageSink, Publisher, PublisherCapabilities,
+    StoredMessage, Subscriber,
+};
 pub use inbox::{
     Accepted, GapAlarm, Handler, HeldGap, HoldResult, Inbox, InboxEngine, InboxMessage, MessageKind,
 };

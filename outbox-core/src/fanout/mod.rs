@@ -1,0 +1,19 @@
+//! Hop 2: the ledger's events, stored by the webhook intake in a [`FanoutStore`] and
+//! published to every transport by the fan-out loop; consumers receive them through a
+//! [`Subscriber`] that feeds a [`MessageSink`] (their inbox transaction).
+//!
+//! ```text
+//! ledger ─webhook─▶ intake ─append─▶ FanoutStore ─read_after(cursor per transport)─▶ Publisher
+//!                                                                    Subscriber ─▶ MessageSink (inbox)
+//! ```
+
+pub mod headers;
+mod message;
+mod publisher;
+mod store;
+mod subscriber;
+
+pub use message::FanoutMessage;
+pub use publisher::{Publisher, PublisherCapabilities};
+pub use store::{AppendOutcome, FanoutStore, StoredMessage};
+pub use subscriber::{MessageSink, Subscriber};

@@ -1,0 +1,66 @@
+//! `Publisher`: a transport sink of the fan-out loop (HTTP endpoint, Kafka topic,
+//! RabbitMQ exchange).
+
+use async_trait::async_trait;
+
+use super::FanoutMessage;
+use crate::error::Result;
+
+/// What a publisher guarantees beyond the basic contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct PublisherCapabilities {
+    /// Several messages of one account may be in flight at once: the transport keeps
+    /// their order on the wire and never delivers one after a failed earlier one
+    /// (Kafka's idempotent producer, one key to one partition). When false the loop
+    /// sends at most one message per account per call.
+    pub ordered_pipeline: bool,
+}
+
+impl PublisherCapabilities {
+    pub const fn new(ordered_pipeline: bool) -> Self {
+        Self { ordered_pipeline }
+    }
+}
+
+/// A transport sink.
+///
+/// # Contract
+/// - `publish` sends every message and returns one result per message, in input
+///   order, each only once the broker or endpoint **confirmed** it (Kafka delivery
+///   report with `acks=all`, AMQP publisher confirm, HTTP 2xx). Nothing is reported
+///   `Ok` that could still be lost.
+/// - Messages of one account appear in the input in sequence order; unless
+///   `capabilities().ordered_pipeline`, there is at most one per account.
+/// - Errors carry a kind and a retry class: transient (broker down, Nack, 5xx, 429
+///   with its `Retry-After`) is retried by the loop with backoff; permanent (unroutable,
+///   4xx, message too large) blocks that account loudly until an operator acts.
+/// - Cancel safety: dropping the future may leave messages sent but unconfirmed; the
+///   loop re-sends them (at least once).
+#[async_trait]
+pub trait Publisher: Send + Sync + 'static {
+    /// Names the cursor in the fan-out store: stable across restarts, unique per
+    /// destination (`kafka:ledger-events`, `amqp:ledger-events`, `https://host/path`).
+    fn name(&self) -> &str;
+
+    fn capabilities(&self) -> PublisherCapabilities {
+        PublisherCapabilities::default()
+    }
+
+    async fn publish(&self, messages: &[FanoutMessage]) -> Vec<Result<()>>;
+}
+
+#[async_trait]
+impl<T: Publisher + ?Sized> Publisher for std::sync::Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn capabilities(&self) -> PublisherCapabilities {
+        (**self).capabilities()
+    }
+
+    async fn publish(&self, messages: &[FanoutMessage]) -> Vec<Result<()>> {
+        (**self).publish(messages).await
+    }
+}
