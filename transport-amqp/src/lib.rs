@@ -1,0 +1,1 @@
+//! Hop 2 over RabbitMQ (work in progress).

@@ -1,0 +1,1 @@
+//! Hop 2 over Kafka (work in progress).
