@@ -18,8 +18,8 @@ pub use domain::*;
 pub use error::{Error, ErrorKind, Result, Retry};
 pub use exception::{Exception, ExceptionKind, NewException};
 pub use fanout::{
-    AppendOutcome, FanoutMessage, FanoutStore, MessageSink, Publisher, PublisherCapabilities,
-    StoredMessage, Subscriber,
+    AppendOutcome, FanoutConfig, FanoutLoop, FanoutMessage, FanoutStore, FanoutSummary,
+    MessageSink, Publisher, PublisherCapabilities, StoredMessage, Subscriber,
 };
 pub use inbox::{
     Accepted, GapAlarm, Handler, HeldGap, HoldResult, Inbox, InboxEngine, InboxMessage, MessageKind,

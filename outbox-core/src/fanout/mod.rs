@@ -7,13 +7,20 @@
 //!                                                                    Subscriber ─▶ MessageSink (inbox)
 //! ```
 
+mod config;
+mod engine;
 pub mod headers;
 mod message;
 mod publisher;
 mod store;
 mod subscriber;
 
+pub use config::{FanoutConfig, FanoutSummary};
+pub use engine::FanoutLoop;
 pub use message::FanoutMessage;
 pub use publisher::{Publisher, PublisherCapabilities};
 pub use store::{AppendOutcome, FanoutStore, StoredMessage};
 pub use subscriber::{MessageSink, Subscriber};
+
+#[cfg(test)]
+mod tests;

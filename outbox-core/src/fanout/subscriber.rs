@@ -43,6 +43,5 @@ impl<T: MessageSink + ?Sized> MessageSink for Arc<T> {
 /// - `run` returns when `shutdown` turns true, after finishing the delivery in hand.
 #[async_trait]
 pub trait Subscriber: Send + Sync + 'static {
-    async fn run(&self, sink: Arc<dyn MessageSink>, shutdown: watch::Receiver<bool>)
-    -> Result<()>;
+    async fn run(&self, sink: Arc<dyn MessageSink>, shutdown: watch::Receiver<bool>) -> Result<()>;
 }

@@ -26,7 +26,7 @@ impl Wakeup {
         self.0.notify_one();
     }
 
-    async fn notified(&self) {
+    pub(crate) async fn notified(&self) {
         self.0.notified().await;
     }
 }

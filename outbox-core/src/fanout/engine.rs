@@ -1,0 +1,320 @@
+//! `FanoutLoop`: publishes the fan-out store to one transport, in per-account order, at
+//! least once, keeping that transport's cursor.
+//!
+//! Each round reads the messages after the cursor and sends, per account, the head
+//! (or, when the publisher pipelines in order, a run of up to `max_per_account`). An
+//! account whose message failed is parked (transient: backoff; permanent: a long
+//! retry and a loud log) and none of its later messages go out before that one is
+//! confirmed: a failing account never reorders, never blocks its neighbours and is
+//! never skipped. Other accounts' confirmations past a parked message are kept in
+//! memory; the durable cursor moves only over a contiguous confirmed prefix, so a
+//! crash re-sends at most what was past it (consumers dedupe on the instruction id).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::{FanoutConfig, FanoutStore, FanoutSummary, Publisher, StoredMessage};
+use crate::dispatch::{Backoff, RunMode};
+use crate::domain::Account;
+use crate::error::{Error, Result, Retry};
+use crate::relay::Wakeup;
+
+/// Why an account is not sent to until `until`.
+#[derive(Debug, Clone, Copy)]
+struct Park {
+    until: Instant,
+    failures: u32,
+    permanent: bool,
+}
+
+/// Publishes a [`FanoutStore`] to one [`Publisher`]. See the module docs.
+pub struct FanoutLoop {
+    store: Arc<dyn FanoutStore>,
+    publisher: Arc<dyn Publisher>,
+    config: FanoutConfig,
+    wakeup: Option<Wakeup>,
+    cursor: u64,
+    saved_cursor: u64,
+    /// Confirmed positions above the cursor (past a parked account's message).
+    confirmed: BTreeSet<u64>,
+    parked: HashMap<Account, Park>,
+    summary: FanoutSummary,
+}
+
+impl std::fmt::Debug for FanoutLoop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FanoutLoop")
+            .field("publisher", &self.publisher.name())
+            .field("cursor", &self.cursor)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One round's selection: the messages to send and every window message read.
+struct Round {
+    send: Vec<StoredMessage>,
+    read: Vec<u64>,
+    /// When the earliest parked account may be retried (nothing sendable before).
+    next_retry: Option<Instant>,
+    /// Messages read that wait only behind permanently blocked accounts.
+    blocked_only: bool,
+}
+
+impl FanoutLoop {
+    /// Resumes after the publisher's saved cursor.
+    pub async fn open(
+        store: Arc<dyn FanoutStore>,
+        publisher: Arc<dyn Publisher>,
+        config: FanoutConfig,
+    ) -> Result<Self> {
+        let cursor = store.load_cursor(publisher.name()).await?;
+        Ok(Self {
+            store,
+            publisher,
+            config,
+            wakeup: None,
+            cursor,
+            saved_cursor: cursor,
+            confirmed: BTreeSet::new(),
+            parked: HashMap::new(),
+            summary: FanoutSummary::default(),
+        })
+    }
+
+    /// Wakes the loop as soon as the intake stored something (instead of polling).
+    pub fn with_wakeup(mut self, wakeup: Wakeup) -> Self {
+        self.wakeup = Some(wakeup);
+        self
+    }
+
+    /// The durable position: everything up to it was confirmed.
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
+    /// Runs until `shutdown` turns true (`Daemon`) or until every stored message is
+    /// confirmed or waits behind a permanently blocked account (`Drain`). A shutdown
+    /// lets the round in flight finish and saves the cursor.
+    ///
+    /// # Errors
+    /// A permanent store error (the cursor cannot be kept); transport errors never end
+    /// the run, they park their account.
+    pub async fn run(
+        mut self,
+        mode: RunMode,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<FanoutSummary> {
+        while !*shutdown.borrow() {
+            let round = self.select().await?;
+            if round.send.is_empty() {
+                self.save_cursor().await?;
+                if round.read.is_empty() || round.blocked_only {
+                    if mode == RunMode::Drain {
+                        break;
+                    }
+                    self.idle(None, &mut shutdown).await;
+                } else {
+                    self.idle(round.next_retry, &mut shutdown).await;
+                }
+                continue;
+            }
+            self.send(&round).await;
+            self.advance(&round.read);
+            self.save_cursor().await?;
+        }
+        self.save_cursor().await?;
+        self.summary.blocked = self.blocked_accounts();
+        Ok(self.summary)
+    }
+
+    /// Reads windows after the cursor and picks what may be sent now.
+    async fn select(&mut self) -> Result<Round> {
+        let now = Instant::now();
+        let per_account = if self.publisher.capabilities().ordered_pipeline {
+            self.config.max_per_account.max(1)
+        } else {
+            1
+        };
+        let mut round = Round {
+            send: Vec::new(),
+            read: Vec::new(),
+            next_retry: None,
+            blocked_only: true,
+        };
+        let mut held: HashSet<Account> = HashSet::new();
+        let mut taken: HashMap<Account, usize> = HashMap::new();
+        let mut after = self.cursor;
+        for _ in 0..self.config.look_ahead.max(1) {
+            let window = self.read_window(after).await?;
+            let full = window.len() >= self.config.batch_size;
+            for stored in window {
+                after = stored.position;
+                round.read.push(stored.position);
+                if self.confirmed.contains(&stored.position) {
+                    continue;
+                }
+                let account = &stored.message.account;
+                if let Some(park) = self.parked.get(account).filter(|p| p.until > now) {
+                    round.next_retry =
+                        Some(round.next_retry.map_or(park.until, |t| t.min(park.until)));
+                    round.blocked_only &= park.permanent;
+                    held.insert(account.clone());
+                    continue;
+                }
+                round.blocked_only = false;
+                if held.contains(account) || round.send.len() >= self.config.batch_size {
+                    held.insert(account.clone());
+                    continue;
+                }
+                let count = taken.entry(account.clone()).or_default();
+                if *count >= per_account {
+                    held.insert(account.clone());
+                    continue;
+                }
+                *count += 1;
+                round.send.push(stored);
+            }
+            if !full || round.send.len() >= self.config.batch_size {
+                break;
+            }
+        }
+        Ok(round)
+    }
+
+    async fn read_window(&self, after: u64) -> Result<Vec<StoredMessage>> {
+        let backoff = Backoff {
+            initial: Duration::from_millis(50),
+            max: Duration::from_secs(5),
+        };
+        let mut failures = 0;
+        loop {
+            match self.store.read_after(after, self.config.batch_size).await {
+                Err(e) if e.is_transient() && failures < 20 => {
+                    failures += 1;
+                    tracing::warn!(error = %e, "fan-out store read failed; retrying");
+                    tokio::time::sleep(backoff.delay(failures, None)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn send(&mut self, round: &Round) {
+        let messages: Vec<_> = round.send.iter().map(|s| s.message.clone()).collect();
+        let results = self.publisher.publish(&messages).await;
+        let now = Instant::now();
+        let mut failed: HashSet<Account> = HashSet::new();
+        for (index, stored) in round.send.iter().enumerate() {
+            let account = &stored.message.account;
+            let result = results.get(index).cloned().unwrap_or_else(|| {
+                Err(Error::new(
+                    crate::ErrorKind::Internal,
+                    "publisher returned fewer results than messages",
+                ))
+            });
+            if failed.contains(account) {
+                // An earlier message of this account failed: this one is re-sent after it.
+                continue;
+            }
+            match result {
+                Ok(()) => {
+                    self.confirmed.insert(stored.position);
+                    self.summary.published += 1;
+                    self.parked.remove(account);
+                }
+                Err(error) => {
+                    failed.insert(account.clone());
+                    self.park(stored, &error, now);
+                }
+            }
+        }
+    }
+
+    fn park(&mut self, stored: &StoredMessage, error: &Error, now: Instant) {
+        let message = &stored.message;
+        let failures = self.parked.get(&message.account).map_or(0, |p| p.failures) + 1;
+        let (delay, permanent) = match error.retry() {
+            Retry::Transient { after } => {
+                self.summary.retried += 1;
+                tracing::warn!(
+                    publisher = self.publisher.name(), account = %message.account.as_str(),
+                    sequence = message.sequence, failures, error = %error,
+                    "publish failed; the account waits and retries"
+                );
+                (self.config.backoff.delay(failures, after), false)
+            }
+            Retry::Permanent | Retry::Exhausted => {
+                self.summary.permanent_failures += 1;
+                tracing::error!(
+                    publisher = self.publisher.name(), account = %message.account.as_str(),
+                    sequence = message.sequence, instruction_id = %message.instruction_id,
+                    error = %error,
+                    "publish refused permanently; the account is blocked until this succeeds"
+                );
+                (self.config.permanent_retry, true)
+            }
+        };
+        self.parked.insert(
+            message.account.clone(),
+            Park {
+                until: now + delay,
+                failures,
+                permanent,
+            },
+        );
+    }
+
+    /// Moves the cursor over the contiguous confirmed prefix of what was read.
+    fn advance(&mut self, read: &[u64]) {
+        for position in read {
+            if !self.confirmed.remove(position) {
+                break;
+            }
+            self.cursor = *position;
+        }
+    }
+
+    async fn save_cursor(&mut self) -> Result<()> {
+        if self.cursor == self.saved_cursor {
+            return Ok(());
+        }
+        self.store
+            .save_cursor(self.publisher.name(), self.cursor)
+            .await?;
+        self.saved_cursor = self.cursor;
+        Ok(())
+    }
+
+    async fn idle(&self, until: Option<Instant>, shutdown: &mut watch::Receiver<bool>) {
+        let wait = until.map_or(self.config.poll_interval, |t| {
+            t.saturating_duration_since(Instant::now())
+                .min(self.config.poll_interval)
+        });
+        let wakeup = async {
+            match &self.wakeup {
+                Some(w) => w.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = wakeup => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+
+    fn blocked_accounts(&self) -> Vec<Account> {
+        let mut blocked: Vec<_> = self
+            .parked
+            .iter()
+            .filter(|(_, p)| p.permanent)
+            .map(|(a, _)| a.clone())
+            .collect();
+        blocked.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        blocked
+    }
+}
