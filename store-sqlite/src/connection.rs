@@ -5,7 +5,10 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::config::SqliteConfig;
 use crate::error::SqliteResultExt;
 
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_outbox.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_outbox.sql"),
+    include_str!("../migrations/0002_fanout.sql"),
+];
 
 /// Opens a connection configured for the outbox: WAL, busy timeout, synchronous level.
 ///

@@ -93,7 +93,7 @@ impl SqliteStore {
     }
 }
 
-fn join_error(err: tokio::task::JoinError) -> Error {
+pub(crate) fn join_error(err: tokio::task::JoinError) -> Error {
     Error::new(
         ErrorKind::Internal,
         format!("sqlite worker task failed: {err}"),

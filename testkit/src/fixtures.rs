@@ -1,8 +1,8 @@
 //! Events and messages the suites build.
 
 use outbox_core::{
-    Account, Amount, Asset, InboxMessage, LedgerCommand, MessageKind, Metadata, NewEvent, PostBody,
-    PostCommand, Posting,
+    Account, Amount, Asset, FanoutMessage, InboxMessage, LedgerCommand, MessageKind, Metadata,
+    NewEvent, PostBody, PostCommand, Posting,
 };
 
 pub fn account(name: &str) -> Account {
@@ -61,4 +61,57 @@ pub fn impact_of(message: &InboxMessage) -> outbox_core::Result<i64> {
         MessageKind::Reverted => -amount,
         _ => amount,
     })
+}
+
+/// The W3C trace context the fan-out fixtures carry.
+pub const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+pub const TRACESTATE: &str = "rojo=00f067aa0ba902b7,congo=t61RcWkgMzE";
+
+/// A Hop 2 message for ledger transaction `tx` (ledger `payouts`), every field set.
+///
+/// The payload is a ledger transaction as the webhook carried it: odd spacing and key
+/// order, non-ASCII text and, after the JSON, bytes that are not UTF-8, so a store that
+/// normalises JSON or decodes text fails the byte comparison.
+pub fn fanout_message(
+    instruction_id: &str,
+    merchant: &str,
+    sequence: u64,
+    kind: MessageKind,
+    tx: u64,
+) -> FanoutMessage {
+    let mut payload = format!(
+        r#"{{"postings":[{{"source":"merchants:{merchant}:available","destination":"merchants:{merchant}:payouts:pending","amount":48500000,"asset":"USD/2"}}],  "id":{tx},"metadata":{{"outbox_event_id":"{instruction_id}","note":"Händler — 💸"}} ,"reference":"payout:settlement-2026-10-07:{merchant}"}}"#
+    )
+    .into_bytes();
+    payload.extend_from_slice(&[0x00, 0xff, 0xfe, b'\n']);
+    FanoutMessage {
+        instruction_id: instruction_id.to_owned(),
+        account: account(&format!("merchants:{merchant}")),
+        sequence,
+        kind,
+        ledger: "payouts".to_owned(),
+        ledger_tx_id: Some(tx),
+        traceparent: Some(TRACEPARENT.to_owned()),
+        tracestate: Some(TRACESTATE.to_owned()),
+        payload,
+    }
+}
+
+/// A rejection notice: the ledger refused the instruction, so there is no transaction
+/// (`ledger_tx_id` is `None`); the payload is the notice's metadata object.
+pub fn rejection_notice(instruction_id: &str, merchant: &str, sequence: u64) -> FanoutMessage {
+    FanoutMessage {
+        instruction_id: instruction_id.to_owned(),
+        account: account(&format!("merchants:{merchant}")),
+        sequence,
+        kind: MessageKind::Rejected,
+        ledger: "payouts".to_owned(),
+        ledger_tx_id: None,
+        traceparent: Some(TRACEPARENT.to_owned()),
+        tracestate: None,
+        payload: format!(
+            r#"{{"outbox_event_id":"{instruction_id}","error_code":"INSUFFICIENT_FUND","outbox_sequence":"{sequence}"}}"#
+        )
+        .into_bytes(),
+    }
 }

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use outbox_core::{
-    Accepted, Exception, GapAlarm, InboxEngine, InboxMessage, NewEvent, OutboxEvent, Relay, Result,
-    Store,
+    Accepted, Exception, FanoutStore, GapAlarm, InboxEngine, InboxMessage, NewEvent, OutboxEvent,
+    Relay, Result, Store,
 };
 
 /// A fresh, isolated store plus the transaction-bound operations the generic trait
@@ -67,4 +67,68 @@ pub trait InboxHarness: Send + Sync + Sized + 'static {
     /// `(account, sequence)` of held messages of `consumer`.
     async fn held(&self, consumer: &str) -> Vec<(String, u64)>;
     async fn exceptions(&self) -> Vec<Exception>;
+}
+
+/// A fresh, isolated fan-out store (Hop 2) and the backend access the fan-out suite
+/// needs beyond the trait.
+#[async_trait]
+pub trait FanoutStoreHarness: Clone + Send + Sync + Sized + 'static {
+    type Store: FanoutStore + Clone;
+
+    /// A harness over a new, empty database (file, schema…).
+    async fn new() -> Self;
+    /// The store (the same one on every call).
+    fn store(&self) -> Self::Store;
+    /// A new store instance over the same database, as after a process restart.
+    async fn reopen(&self) -> Self::Store;
+    /// The store as a trait object.
+    fn dyn_store(&self) -> Arc<dyn FanoutStore> {
+        Arc::new(self.store())
+    }
+    /// Runs one SQL statement in its own transaction, mapped by the store crate's own
+    /// error mapping; returns the rows affected.
+    async fn execute_raw(&self, sql: &str) -> Result<u64>;
+    /// Makes the database refuse every `fanout_messages` row whose `instruction_id` is
+    /// `instruction_id` (a test-only trigger or CHECK), so that one message of an
+    /// append fails inside the database, after the delivery id was written.
+    async fn refuse_instruction(&self, instruction_id: &str);
+    /// A store whose backend cannot be reached (no server listening, a database file
+    /// locked by another writer beyond the busy timeout…). `Err` when opening it
+    /// already fails; the suite requires that error, and every operation's error on an
+    /// opened store, to be transient.
+    async fn unreachable(&self) -> Result<Arc<dyn FanoutStore>>;
+}
+
+/// Runs a fan-out harness's store through `Arc<dyn FanoutStore>`: the same cases, the
+/// same database access, only the store is a trait object (what binaries hold).
+#[derive(Debug, Clone)]
+pub struct ThroughDyn<H>(pub H);
+
+#[async_trait]
+impl<H: FanoutStoreHarness> FanoutStoreHarness for ThroughDyn<H> {
+    type Store = Arc<dyn FanoutStore>;
+
+    async fn new() -> Self {
+        Self(H::new().await)
+    }
+
+    fn store(&self) -> Arc<dyn FanoutStore> {
+        self.0.dyn_store()
+    }
+
+    async fn reopen(&self) -> Arc<dyn FanoutStore> {
+        Arc::new(self.0.reopen().await)
+    }
+
+    async fn execute_raw(&self, sql: &str) -> Result<u64> {
+        self.0.execute_raw(sql).await
+    }
+
+    async fn refuse_instruction(&self, instruction_id: &str) {
+        self.0.refuse_instruction(instruction_id).await;
+    }
+
+    async fn unreachable(&self) -> Result<Arc<dyn FanoutStore>> {
+        self.0.unreachable().await
+    }
 }

@@ -111,7 +111,7 @@ async fn drop_schema(schema: &str) -> Result<(), sqlx::Error> {
 }
 
 /// Drops test schemas older than an hour, left behind by killed test runs.
-async fn sweep_stale_schemas() {
+pub async fn sweep_stale_schemas() {
     static SWEPT: OnceCell<()> = OnceCell::const_new();
     SWEPT
         .get_or_init(|| async {
