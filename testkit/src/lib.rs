@@ -1,18 +1,22 @@
 //! Conformance suites every ledger-outbox adapter must pass.
 //!
 //! Each behaviour is one `pub async fn` taking a harness; the macros
-//! [`store_suite!`] and [`inbox_suite!`] expand to one `#[tokio::test]` per case for a
-//! backend, so a failure names its case and its backend. Each test gets a fresh
-//! harness (a fresh database file or schema).
+//! [`store_suite!`], [`inbox_suite!`] and [`fanout_store_suite!`] expand to one
+//! `#[tokio::test]` per case for a backend, so a failure names its case and its
+//! backend. Each test gets a fresh harness (a fresh database file or schema).
 
+pub mod fanout_cases;
 pub mod fixtures;
 pub mod harness;
 pub mod inbox_cases;
 pub mod null_ledger;
 pub mod raw_drain;
 pub mod store_cases;
+pub mod tansu;
+pub mod transport_cases;
+pub mod transport_harness;
 
-pub use harness::{InboxHarness, StoreHarness};
+pub use harness::{FanoutStoreHarness, InboxHarness, StoreHarness, ThroughDyn};
 
 /// Expands to one test per store case for `$harness` (a type implementing
 /// [`StoreHarness`]). Add `dyn` as a second argument to run the cases through
@@ -73,6 +77,72 @@ macro_rules! inbox_suite {
             async fn $case() {
                 let harness = <$harness as $crate::InboxHarness>::new().await;
                 $crate::inbox_cases::$case(&harness).await;
+            }
+        )+
+    };
+}
+
+/// Expands to one test per fan-out store case for `$harness` (a type implementing
+/// [`FanoutStoreHarness`]), twice: in `native` on the harness's own store type, and in
+/// `through_dyn` on the same backend through `Arc<dyn FanoutStore>` ([`ThroughDyn`]).
+///
+/// Invoke it inside a module of its own: it also defines the type alias
+/// `FanoutSuiteHarness` there.
+#[macro_export]
+macro_rules! fanout_store_suite {
+    ($harness:ty) => {
+        type FanoutSuiteHarness = $harness;
+        mod native {
+            $crate::fanout_store_suite!(@all super::FanoutSuiteHarness);
+        }
+        mod through_dyn {
+            $crate::fanout_store_suite!(@all $crate::ThroughDyn<super::FanoutSuiteHarness>);
+        }
+    };
+    (@all $harness:ty) => {
+        $crate::fanout_store_suite!(@cases $harness;
+            append_then_read_returns_every_field_intact_in_order,
+            second_append_of_a_delivery_id_stores_nothing,
+            ledger_replay_under_a_new_delivery_id_is_deduplicated,
+            duplicates_within_one_append_are_stored_once,
+            failed_append_stores_nothing_and_forgets_the_delivery,
+            read_after_honours_after_and_limit_ascending,
+            cursors_are_per_transport_start_at_zero_and_never_move_back,
+            messages_and_deliveries_refuse_update_and_delete,
+            concurrent_appends_reach_a_following_reader_exactly_once,
+            unreachable_backend_fails_transiently,
+        );
+    };
+    (@cases $harness:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let harness = <$harness as $crate::FanoutStoreHarness>::new().await;
+                $crate::fanout_cases::$case(&harness).await;
+            }
+        )+
+    };
+}
+
+/// Expands to one test per transport case for `$harness` (a type implementing
+/// [`TransportHarness`]). Publishers and subscribers are used as `Arc<dyn …>`.
+#[macro_export]
+macro_rules! transport_suite {
+    ($harness:ty) => {
+        $crate::transport_suite!(@cases $harness;
+            delivered_with_payload_and_headers_intact,
+            per_account_order_holds_with_accounts_interleaved,
+            redelivered_duplicates_are_absorbed_by_the_inbox,
+            broker_restart_mid_stream_loses_nothing,
+            injected_faults_map_to_error_kind_and_retry_class,
+        );
+    };
+    (@cases $harness:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let harness = <$harness as $crate::TransportHarness>::new().await;
+                $crate::transport_cases::$case(&harness).await;
             }
         )+
     };
