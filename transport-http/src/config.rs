@@ -1,4 +1,6 @@
-//! `ReceiverConfig`: where the webhook receiver listens and how it checks deliveries.
+//! Settings of the three HTTP roles: the webhook receiver / intake
+//! ([`ReceiverConfig`]), the fan-out publisher ([`PublisherConfig`]) and the consumer's
+//! receiver ([`SubscriberConfig`]). Each `Debug` hides the secret.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -34,6 +36,83 @@ impl ReceiverConfig {
 impl fmt::Debug for ReceiverConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReceiverConfig")
+            .field("listen", &self.listen)
+            .field("secret", &"<redacted>")
+            .field("tolerance", &self.tolerance)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .finish()
+    }
+}
+
+/// Fan-out publisher settings: one subscriber endpoint.
+///
+/// | field | default | meaning |
+/// | --- | --- | --- |
+/// | `endpoint` | — | the subscriber's URL (`http://host:8092/hop2/messages`); credentials in it are never logged |
+/// | `secret` | — | OUR signing secret, shared with the subscriber (its bytes are the HMAC key) |
+/// | `timeout` | 30 s | whole-request timeout per message (Formance's webhook timeout) |
+/// | `connect_timeout` | 5 s | TCP connect timeout |
+#[derive(Clone)]
+pub struct PublisherConfig {
+    pub endpoint: String,
+    pub secret: String,
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+}
+
+impl PublisherConfig {
+    pub fn new(endpoint: impl Into<String>, secret: impl Into<String>) -> Self {
+        Self {
+            endpoint: endpoint.into(),
+            secret: secret.into(),
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl fmt::Debug for PublisherConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The endpoint may embed credentials: only its redacted form is shown.
+        f.debug_struct("PublisherConfig")
+            .field("endpoint", &crate::publisher::redact(&self.endpoint))
+            .field("secret", &"<redacted>")
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+/// Consumer-side receiver settings ([`crate::HttpSubscriber`]).
+///
+/// | field | default | meaning |
+/// | --- | --- | --- |
+/// | `listen` | — | address to bind (`127.0.0.1:0` picks a port; see `local_addr`) |
+/// | `secret` | — | the publisher's signing secret |
+/// | `tolerance` | 5 min | oldest (or furthest in the future) signature timestamp accepted |
+/// | `max_body_bytes` | 1 MiB | larger messages get 413 |
+#[derive(Clone)]
+pub struct SubscriberConfig {
+    pub listen: SocketAddr,
+    pub secret: String,
+    pub tolerance: Duration,
+    pub max_body_bytes: usize,
+}
+
+impl SubscriberConfig {
+    pub fn new(listen: SocketAddr, secret: impl Into<String>) -> Self {
+        Self {
+            listen,
+            secret: secret.into(),
+            tolerance: Duration::from_secs(300),
+            max_body_bytes: 1 << 20,
+        }
+    }
+}
+
+impl fmt::Debug for SubscriberConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubscriberConfig")
             .field("listen", &self.listen)
             .field("secret", &"<redacted>")
             .field("tolerance", &self.tolerance)

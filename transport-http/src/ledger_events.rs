@@ -1,4 +1,4 @@
-//! Formance webhook bodies turned into inbox messages.
+//! Formance webhook bodies turned into Hop 2 messages.
 //!
 //! | webhook `type` | message |
 //! | --- | --- |
@@ -9,9 +9,16 @@
 //! The instruction id is the `outbox_event_id` in the ledger metadata. Transactions
 //! without outbox metadata were not posted by an outbox and carry no sequence, so they
 //! are skipped (logged).
+//!
+//! Every message also carries `payload.ledger` (required once the event yields a
+//! message), the ledger transaction id (`id` of the committed or the reverting
+//! transaction; none on a rejection notice, nothing was posted) and the W3C trace
+//! context of the delivery that brought it.
 
+use axum::http::HeaderMap;
+use outbox_core::fanout::headers::{TRACEPARENT, TRACESTATE};
 use outbox_core::{
-    Account, Error, InboxMessage, MessageKind, OUTBOX_ACCOUNT_KEY, OUTBOX_EVENT_ID_KEY,
+    Account, Error, FanoutMessage, MessageKind, OUTBOX_ACCOUNT_KEY, OUTBOX_EVENT_ID_KEY,
     OUTBOX_SEQUENCE_KEY, Result,
 };
 use serde::Deserialize;
@@ -32,14 +39,63 @@ pub struct LedgerEvent {
     pub payload: Value,
 }
 
-/// Parses a webhook body into the inbox messages it carries (possibly none).
+/// The W3C trace context of a delivery (`traceparent`, `tracestate` request headers),
+/// carried unchanged onto every message the delivery brings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TraceContext {
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
+}
+
+impl TraceContext {
+    /// The trace headers of a request; absent, empty or non-text ones are `None`.
+    pub fn from_headers(headers: &HeaderMap) -> Self {
+        let text = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+        };
+        Self {
+            traceparent: text(TRACEPARENT),
+            tracestate: text(TRACESTATE),
+        }
+    }
+}
+
+/// What every message of one event shares.
+struct Origin<'a> {
+    payload: &'a Value,
+    trace: &'a TraceContext,
+}
+
+impl Origin<'_> {
+    fn ledger(&self) -> Result<String> {
+        self.payload
+            .get("ledger")
+            .and_then(Value::as_str)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| Error::invalid("payload.ledger", "missing or not a string"))
+    }
+}
+
+/// Parses a webhook body into the Hop 2 messages it carries (possibly none), each
+/// stamped with `trace` (the delivery's trace headers).
 ///
 /// # Errors
-/// `InvalidInput` naming the JSON path when the body is not a Formance event or its
-/// outbox metadata is malformed.
-pub fn messages_from_webhook(body: &[u8]) -> Result<Vec<InboxMessage>> {
+/// `InvalidInput` naming the JSON path when the body is not a Formance event, its
+/// `payload.ledger` or a transaction `id` is missing, or its outbox metadata is
+/// malformed.
+pub fn messages_from_webhook(body: &[u8], trace: &TraceContext) -> Result<Vec<FanoutMessage>> {
     let event: LedgerEvent = serde_json::from_slice(body)
         .map_err(|e| Error::invalid("body", format!("not a Formance webhook event: {e}")))?;
+    let origin = Origin {
+        payload: &event.payload,
+        trace,
+    };
     let kind = event.kind.to_ascii_lowercase();
     let kind = kind.strip_prefix("ledger.").unwrap_or(&kind);
     match kind {
@@ -50,19 +106,26 @@ pub fn messages_from_webhook(body: &[u8]) -> Result<Vec<InboxMessage>> {
                 .and_then(Value::as_array)
                 .ok_or_else(|| Error::invalid("payload.transactions", "missing or not an array"))?;
             txs.iter()
-                .filter_map(|tx| transaction_message(tx, MessageKind::Committed).transpose())
+                .enumerate()
+                .filter_map(|(i, tx)| {
+                    let path = format!("payload.transactions[{i}]");
+                    transaction_message(&origin, &path, tx, MessageKind::Committed).transpose()
+                })
                 .collect()
         }
         "reverted_transaction" => {
+            let path = "payload.revertTransaction";
             let tx = event
                 .payload
                 .get("revertTransaction")
-                .ok_or_else(|| Error::invalid("payload.revertTransaction", "missing"))?;
-            Ok(transaction_message(tx, MessageKind::Reverted)?
-                .into_iter()
-                .collect())
+                .ok_or_else(|| Error::invalid(path, "missing"))?;
+            Ok(
+                transaction_message(&origin, path, tx, MessageKind::Reverted)?
+                    .into_iter()
+                    .collect(),
+            )
         }
-        "saved_metadata" => Ok(rejection_notice(&event.payload)?.into_iter().collect()),
+        "saved_metadata" => Ok(rejection_notice(&origin)?.into_iter().collect()),
         other => {
             tracing::debug!(kind = other, "ignoring ledger event type");
             Ok(Vec::new())
@@ -70,7 +133,12 @@ pub fn messages_from_webhook(body: &[u8]) -> Result<Vec<InboxMessage>> {
     }
 }
 
-fn transaction_message(tx: &Value, kind: MessageKind) -> Result<Option<InboxMessage>> {
+fn transaction_message(
+    origin: &Origin<'_>,
+    path: &str,
+    tx: &Value,
+    kind: MessageKind,
+) -> Result<Option<FanoutMessage>> {
     let empty = Map::new();
     let metadata = tx
         .get("metadata")
@@ -85,11 +153,16 @@ fn transaction_message(tx: &Value, kind: MessageKind) -> Result<Option<InboxMess
     } else {
         kind
     };
+    let ledger_tx_id = tx
+        .get("id")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| Error::invalid(format!("{path}.id"), "missing or not a transaction id"))?;
     let payload = serde_json::to_vec(tx).map_err(|e| Error::invalid("payload", e.to_string()))?;
-    outbox_message(metadata, kind, payload).map(Some)
+    outbox_message(origin, metadata, kind, Some(ledger_tx_id), payload).map(Some)
 }
 
-fn rejection_notice(payload: &Value) -> Result<Option<InboxMessage>> {
+fn rejection_notice(origin: &Origin<'_>) -> Result<Option<FanoutMessage>> {
+    let payload = origin.payload;
     let target_type = payload
         .get("targetType")
         .and_then(Value::as_str)
@@ -102,14 +175,16 @@ fn rejection_notice(payload: &Value) -> Result<Option<InboxMessage>> {
     }
     let bytes =
         serde_json::to_vec(metadata).map_err(|e| Error::invalid("payload", e.to_string()))?;
-    outbox_message(metadata, MessageKind::Rejected, bytes).map(Some)
+    outbox_message(origin, metadata, MessageKind::Rejected, None, bytes).map(Some)
 }
 
 fn outbox_message(
+    origin: &Origin<'_>,
     metadata: &Map<String, Value>,
     kind: MessageKind,
+    ledger_tx_id: Option<u64>,
     payload: Vec<u8>,
-) -> Result<InboxMessage> {
+) -> Result<FanoutMessage> {
     let text = |key: &str| {
         metadata
             .get(key)
@@ -117,7 +192,7 @@ fn outbox_message(
             .ok_or_else(|| Error::invalid(format!("metadata.{key}"), "missing or not a string"))
     };
     let sequence = text(OUTBOX_SEQUENCE_KEY)?;
-    Ok(InboxMessage {
+    Ok(FanoutMessage {
         instruction_id: text(OUTBOX_EVENT_ID_KEY)?.to_owned(),
         account: Account::parse_field(
             &format!("metadata.{OUTBOX_ACCOUNT_KEY}"),
@@ -130,13 +205,21 @@ fn outbox_message(
             )
         })?,
         kind,
+        ledger: origin.ledger()?,
+        ledger_tx_id,
+        traceparent: origin.trace.traceparent.clone(),
+        tracestate: origin.trace.tracestate.clone(),
         payload,
     })
 }
 
 #[cfg(test)]
 mod tests {
+    use axum::http::HeaderValue;
+
     use super::*;
+
+    const TRACEPARENT_VALUE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
     fn committed(metadata: &str) -> Vec<u8> {
         format!(
@@ -145,13 +228,20 @@ mod tests {
         .into_bytes()
     }
 
+    fn outbox_metadata(id: &str) -> String {
+        format!(
+            r#"{{"outbox_event_id":"{id}","outbox_account":"merchants:4471","outbox_sequence":"2"}}"#
+        )
+    }
+
+    fn untraced(body: &[u8]) -> Result<Vec<FanoutMessage>> {
+        messages_from_webhook(body, &TraceContext::default())
+    }
+
     #[test]
     fn committed_transaction_with_outbox_metadata() {
         let id = "0190f2a0-7b1c-7cc2-8a4e-3f1d2c3b4a59";
-        let body = committed(&format!(
-            r#"{{"outbox_event_id":"{id}","outbox_account":"merchants:4471","outbox_sequence":"2"}}"#
-        ));
-        let messages = messages_from_webhook(&body).unwrap();
+        let messages = untraced(&committed(&outbox_metadata(id))).unwrap();
         assert_eq!(messages.len(), 1);
         let m = &messages[0];
         assert_eq!(
@@ -163,43 +253,94 @@ mod tests {
             ),
             (id, "merchants:4471", 2, MessageKind::Committed)
         );
+        assert_eq!((m.ledger.as_str(), m.ledger_tx_id), ("payouts", Some(7)));
+        assert_eq!(
+            (m.traceparent.as_deref(), m.tracestate.as_deref()),
+            (None, None)
+        );
+        assert_eq!(m.dedup_key(), "payouts:tx:7:committed");
         let tx: Value = serde_json::from_slice(&m.payload).unwrap();
         assert_eq!(tx["postings"][0]["amount"], 48_500_000);
     }
 
     #[test]
+    fn trace_context_of_the_delivery_is_carried() {
+        let mut headers = HeaderMap::new();
+        headers.insert(TRACEPARENT, HeaderValue::from_static(TRACEPARENT_VALUE));
+        headers.insert(TRACESTATE, HeaderValue::from_static("vendor=abc"));
+        let trace = TraceContext::from_headers(&headers);
+        let messages = messages_from_webhook(&committed(&outbox_metadata("e")), &trace).unwrap();
+        assert_eq!(
+            (
+                messages[0].traceparent.as_deref(),
+                messages[0].tracestate.as_deref()
+            ),
+            (Some(TRACEPARENT_VALUE), Some("vendor=abc"))
+        );
+        assert_eq!(
+            TraceContext::from_headers(&HeaderMap::new()),
+            TraceContext::default()
+        );
+    }
+
+    #[test]
+    fn ledger_and_transaction_id_are_required_and_named() {
+        let without_ledger = String::from_utf8(committed(&outbox_metadata("e")))
+            .unwrap()
+            .replace(r#""ledger":"payouts","#, "");
+        assert_eq!(
+            untraced(without_ledger.as_bytes()).unwrap_err().field(),
+            Some("payload.ledger")
+        );
+        let without_id = String::from_utf8(committed(&outbox_metadata("e")))
+            .unwrap()
+            .replace(r#""id":7,"#, "");
+        assert_eq!(
+            untraced(without_id.as_bytes()).unwrap_err().field(),
+            Some("payload.transactions[0].id")
+        );
+    }
+
+    #[test]
     fn foreign_transactions_are_skipped_and_bad_metadata_named() {
-        assert!(messages_from_webhook(&committed("{}")).unwrap().is_empty());
-        let err = messages_from_webhook(&committed(
+        assert!(untraced(&committed("{}")).unwrap().is_empty());
+        let err = untraced(&committed(
             r#"{"outbox_event_id":"x","outbox_account":"merchants:1","outbox_sequence":"two"}"#,
         ))
         .unwrap_err();
         assert_eq!(err.field(), Some("metadata.outbox_sequence"));
-        assert_eq!(
-            messages_from_webhook(b"[1]").unwrap_err().field(),
-            Some("body")
-        );
+        assert_eq!(untraced(b"[1]").unwrap_err().field(), Some("body"));
     }
 
     #[test]
     fn rejection_notice_from_saved_metadata() {
         let body = br#"{"type":"ledger.saved_metadata","payload":{"ledger":"payouts","targetType":"ACCOUNT","targetId":"merchants:9","metadata":{"outbox_event_id":"e","outbox_account":"merchants:9","outbox_sequence":"3","outbox_rejected_code":"INSUFFICIENT_FUND"}}}"#;
-        let messages = messages_from_webhook(body).unwrap();
+        let messages = untraced(body).unwrap();
         assert_eq!(
             (messages[0].kind, messages[0].sequence),
             (MessageKind::Rejected, 3)
         );
+        assert_eq!(
+            (messages[0].ledger.as_str(), messages[0].ledger_tx_id),
+            ("payouts", None)
+        );
+        assert_eq!(messages[0].dedup_key(), "payouts:rejected:e");
         let plain = br#"{"type":"ledger.saved_metadata","payload":{"targetType":"ACCOUNT","targetId":"a","metadata":{"k":"v"}}}"#;
-        assert!(messages_from_webhook(plain).unwrap().is_empty());
+        assert!(untraced(plain).unwrap().is_empty());
     }
 
     #[test]
-    fn reverted_transaction_is_a_reversal() {
+    fn reverted_transaction_is_a_reversal_with_the_reverting_id() {
         let body = br#"{"type":"ledger.reverted_transaction","payload":{"ledger":"payouts","revertedTransaction":{"id":1,"metadata":{}},"revertTransaction":{"id":9,"metadata":{"outbox_event_id":"r","outbox_account":"merchants:1","outbox_sequence":"4","com.formance.spec/state/reverts":"1"},"postings":[]}}}"#;
-        let messages = messages_from_webhook(body).unwrap();
+        let messages = untraced(body).unwrap();
         assert_eq!(
-            (messages[0].kind, messages[0].instruction_id.as_str()),
-            (MessageKind::Reverted, "r")
+            (
+                messages[0].kind,
+                messages[0].instruction_id.as_str(),
+                messages[0].ledger_tx_id
+            ),
+            (MessageKind::Reverted, "r", Some(9))
         );
+        assert_eq!(messages[0].dedup_key(), "payouts:tx:9:reverted");
     }
 }

@@ -1,9 +1,16 @@
 #![doc = include_str!("../README.md")]
 
 mod config;
+mod error;
+mod intake;
 mod ledger_events;
+mod publisher;
 mod receiver;
+mod subscriber;
 
-pub use config::ReceiverConfig;
-pub use ledger_events::{LedgerEvent, messages_from_webhook};
-pub use receiver::{MessageSink, RunningReceiver, WEBHOOK_PATH, start_receiver};
+pub use config::{PublisherConfig, ReceiverConfig, SubscriberConfig};
+pub use intake::{FanoutIntake, start_intake};
+pub use ledger_events::{LedgerEvent, TraceContext, messages_from_webhook};
+pub use publisher::HttpPublisher;
+pub use receiver::{RunningReceiver, WEBHOOK_PATH, start_receiver};
+pub use subscriber::{HttpSubscriber, MESSAGES_PATH};

@@ -1,10 +1,14 @@
 //! The webhook receiver: verify the Formance signature and age, parse, hand the
-//! messages to a sink that applies them durably, and only then answer 2xx.
+//! messages to a [`MessageSink`] that applies or stores them durably, and only then
+//! answer 2xx.
+//!
+//! The sink's contract (`outbox_core::MessageSink`) is what makes the 2xx safe: it
+//! returns `Ok` only once the messages are durable. A transient sink error becomes
+//! 503 and a permanent one 500; the ledger retries both.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
@@ -12,26 +16,17 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use chrono::Utc;
-use outbox_core::{Error, ErrorKind, InboxMessage, Result};
+use outbox_core::{Error, ErrorKind, MessageSink, Result};
 use outbox_ledger_formance::WebhookVerifier;
+use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use crate::config::ReceiverConfig;
-use crate::ledger_events::messages_from_webhook;
+use crate::error::{refuse, sink_refusal};
+use crate::ledger_events::{TraceContext, messages_from_webhook};
 
 /// Where the ledger's webhooks are POSTed.
 pub const WEBHOOK_PATH: &str = "/webhooks/ledger";
-
-/// Applies the messages of one verified delivery.
-///
-/// # Contract
-/// Return only once the messages are durably applied (or recognised as duplicates):
-/// the receiver then answers 2xx and the ledger stops retrying. A transient error
-/// becomes 503 and a permanent one 500; the ledger retries both.
-#[async_trait]
-pub trait MessageSink: Send + Sync + 'static {
-    async fn accept(&self, delivery_id: &str, messages: Vec<InboxMessage>) -> Result<()>;
-}
 
 struct AppState {
     verifier: WebhookVerifier,
@@ -79,18 +74,7 @@ pub async fn start_receiver(
         .route(WEBHOOK_PATH, post(receive))
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .with_state(state);
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| {
-            Error::new(
-                ErrorKind::Config,
-                format!("cannot bind {}: {e}", config.listen),
-            )
-            .with("field", "listen")
-        })?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| Error::new(ErrorKind::Config, e.to_string()))?;
+    let (listener, addr) = bind(config.listen).await?;
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let serve = axum::serve(listener, app).with_graceful_shutdown(async {
@@ -119,23 +103,23 @@ async fn receive(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
     {
         return StatusCode::OK.into_response();
     }
-    let messages = match messages_from_webhook(&body) {
+    let messages = match messages_from_webhook(&body, &TraceContext::from_headers(&headers)) {
         Ok(messages) => messages,
         Err(e) => return refuse(StatusCode::BAD_REQUEST, &e),
     };
     match state.sink.accept(&delivery.id, messages).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) if e.is_transient() => refuse(StatusCode::SERVICE_UNAVAILABLE, &e),
-        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, &e),
+        Err(e) => sink_refusal(&e.with("delivery", &delivery.id)),
     }
 }
 
-fn refuse(status: StatusCode, error: &Error) -> Response {
-    if status.is_server_error() {
-        tracing::warn!(%status, error = %error, "webhook delivery not applied; the ledger will retry");
-    } else {
-        tracing::warn!(%status, error = %error, "webhook delivery refused");
-    }
-    let body = serde_json::json!({ "error": error.message(), "field": error.field() });
-    (status, axum::Json(body)).into_response()
+/// Binds `listen`, returning the listener and the address it got (port 0 picks one).
+pub(crate) async fn bind(listen: SocketAddr) -> Result<(TcpListener, SocketAddr)> {
+    let listener = TcpListener::bind(listen).await.map_err(|e| {
+        Error::new(ErrorKind::Config, format!("cannot bind {listen}: {e}")).with("field", "listen")
+    })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::new(ErrorKind::Config, e.to_string()))?;
+    Ok((listener, addr))
 }

@@ -4,21 +4,21 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use outbox_core::{Error, ErrorKind, InboxMessage, Result};
+use outbox_core::{Error, ErrorKind, FanoutMessage, MessageSink, Result};
 use outbox_ledger_formance::sign;
-use outbox_transport_http::{MessageSink, ReceiverConfig, RunningReceiver, start_receiver};
+use outbox_transport_http::{ReceiverConfig, RunningReceiver, start_receiver};
 
 const SECRET: &str = "c2VjcmV0LXNlY3JldC1zZWNyZXQ=";
 
 #[derive(Default)]
 struct Recorder {
-    got: Mutex<Vec<(String, InboxMessage)>>,
+    got: Mutex<Vec<(String, FanoutMessage)>>,
     fail_transiently: bool,
 }
 
 #[async_trait]
 impl MessageSink for Recorder {
-    async fn accept(&self, delivery_id: &str, messages: Vec<InboxMessage>) -> Result<()> {
+    async fn accept(&self, delivery_id: &str, messages: Vec<FanoutMessage>) -> Result<()> {
         if self.fail_transiently {
             return Err(Error::new(ErrorKind::Storage, "database is busy").transient(None));
         }
@@ -83,6 +83,42 @@ async fn a_signed_delivery_reaches_the_sink() {
     assert_eq!(
         (got[0].1.account.as_str(), got[0].1.sequence),
         ("merchants:4471", 1)
+    );
+    assert_eq!(
+        (got[0].1.ledger.as_str(), got[0].1.ledger_tx_id),
+        ("payouts", Some(1))
+    );
+    receiver.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_delivery_trace_context_reaches_the_sink() {
+    let recorder = Arc::new(Recorder::default());
+    let receiver = start(recorder.clone()).await;
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let (id, ts) = ("wh-9", now());
+    let response = reqwest::Client::new()
+        .post(receiver.webhook_url())
+        .header("formance-webhook-id", id)
+        .header("formance-webhook-timestamp", ts.to_string())
+        .header(
+            "formance-webhook-signature",
+            sign(SECRET, id, ts, body().as_bytes()),
+        )
+        .header("traceparent", traceparent)
+        .header("tracestate", "vendor=abc")
+        .body(body())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 204);
+    let got = recorder.got.lock().unwrap().clone();
+    assert_eq!(
+        (
+            got[0].1.traceparent.as_deref(),
+            got[0].1.tracestate.as_deref()
+        ),
+        (Some(traceparent), Some("vendor=abc"))
     );
     receiver.shutdown().await;
 }

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use outbox_core::{Error, ErrorKind, EventId, InboxMessage, Result};
-use outbox_transport_http::MessageSink;
+use outbox_core::{Error, ErrorKind, EventId, FanoutMessage, MessageSink, Result};
 
 pub struct HoldPostingUntilReversal {
     pub inner: Arc<dyn MessageSink>,
@@ -18,7 +17,7 @@ pub struct HoldPostingUntilReversal {
 
 #[async_trait]
 impl MessageSink for HoldPostingUntilReversal {
-    async fn accept(&self, delivery_id: &str, messages: Vec<InboxMessage>) -> Result<()> {
+    async fn accept(&self, delivery_id: &str, messages: Vec<FanoutMessage>) -> Result<()> {
         let (posting, reversal) = (self.posting.to_string(), self.reversal.to_string());
         if messages.iter().any(|m| m.instruction_id == reversal) {
             self.reversal_seen.store(true, Ordering::SeqCst);
