@@ -16,6 +16,22 @@ step() { printf '\n==> %s\n' "$*"; }
 step "PostgreSQL: logical decoding and loopback replication for the CDC tests"
 bash scripts/postgres-setup.sh
 
+step "RabbitMQ on 127.0.0.1:5672 (started if it is not running)"
+if ! rabbitmqctl -q status >/dev/null 2>&1; then
+    rabbitmq-server -detached
+fi
+# An app left stopped by an interrupted restart test is started again.
+rabbitmqctl -q start_app >/dev/null 2>&1 || true
+rabbitmqctl -q await_startup --timeout 120
+
+step "Kafka-protocol broker: Tansu 0.6.0 on 127.0.0.1:9092 (installed once into the cache)"
+export OUTBOX_TANSU_ROOT="${OUTBOX_TANSU_ROOT:-/var/cache/ledger-outbox/tansu}"
+bash scripts/tansu.sh install
+bash scripts/tansu.sh start 9092
+# Stops only a broker this script started (its PID file); a broker already running is left alone.
+trap 'bash scripts/tansu.sh stop 9092' EXIT
+export OUTBOX_KAFKA_BROKERS="${OUTBOX_KAFKA_BROKERS:-127.0.0.1:9092}"
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

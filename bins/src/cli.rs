@@ -46,6 +46,13 @@ pub enum Command {
         #[arg(long, value_parser = parse_duration)]
         older_than: std::time::Duration,
     },
+    /// Hop 2: receive the ledger's signed webhooks, store them durably, and publish
+    /// them to every `--to` destination in per-account order.
+    #[cfg(feature = "http")]
+    Fanout(FanoutArgs),
+    /// Hop 2 reference consumer: apply the events from one transport to a treasury
+    /// table through an inbox (exactly once in effect, per-account order).
+    Consume(ConsumeArgs),
     /// Run the end-to-end demo on SQLite and the local dev ledger.
     #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
     Demo(crate::demo::DemoArgs),
@@ -115,6 +122,57 @@ pub struct RelayArgs {
     /// long a dead member's partitions wait for a new owner.
     #[arg(long, default_value_t = 500)]
     pub partition_check_ms: u64,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct FanoutArgs {
+    /// Where the ledger POSTs its webhooks (path /webhooks/ledger).
+    #[arg(long, env = "OUTBOX_FANOUT_LISTEN", default_value = "127.0.0.1:8091")]
+    pub listen: std::net::SocketAddr,
+    /// The fan-out store: sqlite://PATH or postgres://…[?schema=NAME]
+    #[arg(long, env = "OUTBOX_DATABASE")]
+    pub database: String,
+    /// The ledger's webhook secret (verifies formance-webhook-signature).
+    #[arg(long, env = "OUTBOX_WEBHOOK_SECRET", hide_env_values = true)]
+    pub secret: String,
+    /// Oldest signature timestamp accepted, in seconds.
+    #[arg(long, default_value_t = 300)]
+    pub tolerance_secs: u64,
+    /// A destination; repeat for several, each with its own cursor:
+    /// kafka://HOST:PORT[,HOST:PORT]/TOPIC[?partitions=N],
+    /// amqp://USER:PASS@HOST:PORT/VHOST?exchange=NAME[&queues=N],
+    /// http(s)://HOST/PATH (signed with --publish-secret).
+    #[arg(long = "to", required = true)]
+    pub to: Vec<String>,
+    /// Our own signing secret for HTTP destinations.
+    #[arg(long, env = "OUTBOX_PUBLISH_SECRET", hide_env_values = true)]
+    pub publish_secret: Option<String>,
+    /// Messages read per round.
+    #[arg(long, default_value_t = 1000)]
+    pub batch_size: usize,
+    /// Longest idle wait between polls of the store, in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    pub poll_interval_ms: u64,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConsumeArgs {
+    /// The source: kafka://HOST:PORT/TOPIC[?group=G], amqp://…?exchange=NAME[&queues=N],
+    /// or http://LISTEN_ADDR (the HTTP receiver for an `outbox fanout --to http…`).
+    #[arg(long)]
+    pub from: String,
+    /// The consumer database (inbox + treasury table): sqlite://PATH or postgres://…[?schema=NAME]
+    #[arg(long, env = "OUTBOX_DATABASE")]
+    pub database: String,
+    /// The consumer's name: its inbox and, on Kafka, its consumer group.
+    #[arg(long, default_value = "treasury")]
+    pub name: String,
+    /// Secret of an http:// source (the fan-out's --publish-secret).
+    #[arg(long, env = "OUTBOX_PUBLISH_SECRET", hide_env_values = true)]
+    pub secret: Option<String>,
+    /// Raise a gap alarm when a held message waits longer than this, in seconds.
+    #[arg(long, default_value_t = 300)]
+    pub gap_alarm_secs: u64,
 }
 
 /// `90d`, `36h`, `45m`, `30s`: a whole number and a unit.

@@ -3,7 +3,6 @@
 
 pub mod cli;
 pub mod commands;
-#[cfg(all(feature = "sqlite", feature = "http"))]
 pub mod consumer;
 #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
 pub mod demo;

@@ -1,8 +1,12 @@
 //! One file per `outbox` command.
 
+mod consume;
 mod enqueue;
+#[cfg(feature = "http")]
+mod fanout;
 mod relay;
 mod retention;
+mod signal;
 
 use crate::cli::Command;
 use crate::wiring;
@@ -16,6 +20,9 @@ pub async fn run(command: Command) -> outbox_core::Result<()> {
         }
         Command::Enqueue { database, file } => enqueue::run(&database, &file).await,
         Command::Relay(args) => relay::run(args).await,
+        #[cfg(feature = "http")]
+        Command::Fanout(args) => fanout::run(args).await,
+        Command::Consume(args) => consume::run(args).await,
         Command::Retention {
             database,
             older_than,

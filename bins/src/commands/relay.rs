@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use outbox_core::{Backoff, DispatchConfig, Dispatcher, Result, RunMode, Summary};
 use outbox_ledger_formance::{AuthConfig, FormanceConfig, FormanceLedger, Secret};
-use tokio::sync::watch;
 
+use super::signal::stop_on_signal;
 use crate::cli::RelayArgs;
 use crate::wiring;
 
@@ -54,12 +54,7 @@ pub async fn relay(args: &RelayArgs) -> Result<Summary> {
         max_attempts: args.max_attempts.or(args.once.then_some(30)),
         ..DispatchConfig::default()
     };
-    let (stop, stopped) = watch::channel(false);
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        tracing::info!("shutdown requested: finishing the posts in flight");
-        let _ = stop.send(true);
-    });
+    let stopped = stop_on_signal("finishing the posts in flight");
     if let Some(partitions) = args.partitions {
         let check = Duration::from_millis(args.partition_check_ms);
         return database
@@ -78,23 +73,4 @@ pub async fn relay(args: &RelayArgs) -> Result<Summary> {
         RunMode::Daemon
     };
     dispatcher.run(mode, stopped).await
-}
-
-/// Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => return std::future::pending().await,
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }

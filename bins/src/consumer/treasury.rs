@@ -3,35 +3,19 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::FutureExt;
 use outbox_core::{
-    Accepted, Error, ErrorKind, GapAlarm, InboxEngine, InboxMessage, MessageKind, Result,
+    Accepted, Error, ErrorKind, FanoutMessage, GapAlarm, InboxEngine, InboxMessage, MessageSink,
+    Result,
 };
 use outbox_store_sqlite::{SqliteConfig, SqliteInbox, SqliteStore, connect, map_error};
-use outbox_transport_http::MessageSink;
 use rusqlite::{Connection, TransactionBehavior};
-use serde::Deserialize;
 
-/// Counters of what the inbox did, for progress lines and the demo summary.
-#[derive(Debug, Default)]
-pub struct ConsumerStats {
-    pub applied: AtomicU64,
-    pub duplicates: AtomicU64,
-    pub held: AtomicU64,
-    pub released: AtomicU64,
-    pub stale: AtomicU64,
-    pub conflicts: AtomicU64,
-}
-
-impl ConsumerStats {
-    pub fn get(counter: &AtomicU64) -> u64 {
-        counter.load(Ordering::Relaxed)
-    }
-}
+use super::impact::deltas;
+use super::stats::ConsumerStats;
 
 /// Applies ledger transactions to `treasury_balances` through an inbox.
 #[derive(Debug, Clone)]
@@ -39,20 +23,6 @@ pub struct TreasuryConsumer {
     config: SqliteConfig,
     engine: InboxEngine,
     stats: Arc<ConsumerStats>,
-}
-
-#[derive(Deserialize)]
-struct LedgerTransaction {
-    #[serde(default)]
-    postings: Vec<LedgerPosting>,
-}
-
-#[derive(Deserialize)]
-struct LedgerPosting {
-    source: String,
-    destination: String,
-    amount: serde_json::Number,
-    asset: String,
 }
 
 impl TreasuryConsumer {
@@ -92,24 +62,8 @@ impl TreasuryConsumer {
             |inbox: &mut SqliteInbox<'_>, m: &InboxMessage| apply_postings(inbox.connection(), m);
         let accepted = block_on(self.engine.accept(&mut inbox, message, &mut handler))?;
         tx.commit().map_err(map_error)?;
-        self.count(&accepted);
+        self.stats.record(&accepted);
         Ok(accepted)
-    }
-
-    fn count(&self, accepted: &Accepted) {
-        let s = &self.stats;
-        match accepted {
-            Accepted::Applied { released } => {
-                s.applied
-                    .fetch_add(1 + released.len() as u64, Ordering::Relaxed);
-                s.released
-                    .fetch_add(released.len() as u64, Ordering::Relaxed);
-            }
-            Accepted::Duplicate => _ = s.duplicates.fetch_add(1, Ordering::Relaxed),
-            Accepted::Stale { .. } => _ = s.stale.fetch_add(1, Ordering::Relaxed),
-            Accepted::Held { .. } => _ = s.held.fetch_add(1, Ordering::Relaxed),
-            Accepted::Conflict { .. } => _ = s.conflicts.fetch_add(1, Ordering::Relaxed),
-        }
     }
 
     /// A connection to the consumer database, for [`TreasuryConsumer::apply_one`].
@@ -163,27 +117,14 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
 }
 
 fn apply_postings(conn: &Connection, message: &InboxMessage) -> Result<()> {
-    if message.kind == MessageKind::Rejected {
-        return Ok(());
-    }
-    let tx: LedgerTransaction = serde_json::from_slice(&message.payload)
-        .map_err(|e| Error::invalid("payload", format!("not a ledger transaction: {e}")))?;
     let mut stmt = conn
         .prepare_cached(
             "INSERT INTO treasury_balances (account, asset, balance) VALUES (?1, ?2, ?3)
              ON CONFLICT (account, asset) DO UPDATE SET balance = balance + excluded.balance",
         )
         .map_err(map_error)?;
-    for (i, p) in tx.postings.iter().enumerate() {
-        let amount = p.amount.as_i64().filter(|a| *a >= 0).ok_or_else(|| {
-            Error::invalid(
-                format!("postings[{i}].amount"),
-                format!("{} is not a non-negative i64", p.amount),
-            )
-        })?;
-        stmt.execute((&p.source, &p.asset, -amount))
-            .map_err(map_error)?;
-        stmt.execute((&p.destination, &p.asset, amount))
+    for d in deltas(message)? {
+        stmt.execute((&d.account, &d.asset, d.amount))
             .map_err(map_error)?;
     }
     Ok(())
@@ -191,12 +132,12 @@ fn apply_postings(conn: &Connection, message: &InboxMessage) -> Result<()> {
 
 #[async_trait]
 impl MessageSink for TreasuryConsumer {
-    async fn accept(&self, delivery_id: &str, messages: Vec<InboxMessage>) -> Result<()> {
+    async fn accept(&self, delivery_id: &str, messages: Vec<FanoutMessage>) -> Result<()> {
         let this = self.clone();
         let delivery_id = delivery_id.to_owned();
         tokio::task::spawn_blocking(move || {
             let mut conn = this.connect()?;
-            for message in messages {
+            for message in messages.iter().map(FanoutMessage::to_inbox) {
                 let (id, account, sequence) = (message.instruction_id.clone(), message.account.clone(), message.sequence);
                 let accepted = this.apply_one(&mut conn, message).map_err(|e| e.with("delivery", &delivery_id))?;
                 tracing::debug!(instruction_id = %id, %account, sequence, ?accepted, "treasury inbox");

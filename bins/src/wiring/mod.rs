@@ -1,7 +1,15 @@
 //! All adapter selection by Cargo feature lives here: one arm per adapter, and a
 //! clear error naming the feature when a URL asks for one that was not compiled in.
 
+mod destinations;
+mod treasury;
+
 use std::sync::Arc;
+
+#[cfg(feature = "http")]
+pub use destinations::start_intake;
+pub use destinations::{NamedSubscriber, publisher, subscriber};
+pub use treasury::{Treasury, fanout_store, treasury};
 
 use outbox_core::{Error, ErrorKind, NewEvent, OutboxEvent, Relay, Result, Store};
 
@@ -17,7 +25,7 @@ pub enum Database {
 }
 
 #[allow(dead_code)] // used only for the schemes whose feature is off
-fn not_compiled(scheme: &str, feature: &str) -> Error {
+pub(crate) fn not_compiled(scheme: &str, feature: &str) -> Error {
     Error::new(
         ErrorKind::Config,
         format!("{scheme}:// databases need the `{feature}` feature: rebuild with `cargo build -p outbox-bins --features {feature}`"),

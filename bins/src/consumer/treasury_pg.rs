@@ -1,0 +1,133 @@
+//! `PgTreasuryConsumer`: the reference consumer on PostgreSQL — the inbox and the
+//! treasury balances in one transaction per message.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_core::{
+    Accepted, FanoutMessage, GapAlarm, Handler, InboxEngine, InboxMessage, MessageSink, Result,
+};
+use outbox_store_postgres::{PgConfig, PgInbox, PgStore, map_error};
+use sqlx::PgPool;
+
+use super::impact::deltas;
+use super::stats::ConsumerStats;
+
+/// Applies ledger transactions to `treasury_balances` through a Postgres inbox.
+#[derive(Debug, Clone)]
+pub struct PgTreasuryConsumer {
+    pool: PgPool,
+    engine: InboxEngine,
+    stats: Arc<ConsumerStats>,
+}
+
+/// Writes a message's deltas through the inbox's transaction.
+struct ApplyPostings;
+
+impl Handler<PgInbox<'_>> for ApplyPostings {
+    async fn apply(&mut self, inbox: &mut PgInbox<'_>, message: &InboxMessage) -> Result<()> {
+        for d in deltas(message)? {
+            sqlx::query(
+                "INSERT INTO treasury_balances (account, asset, balance) VALUES ($1, $2, $3)
+                 ON CONFLICT (account, asset) DO UPDATE SET balance = treasury_balances.balance + excluded.balance",
+            )
+            .bind(&d.account)
+            .bind(&d.asset)
+            .bind(d.amount)
+            .execute(&mut *inbox.connection())
+            .await
+            .map_err(map_error)?;
+        }
+        Ok(())
+    }
+}
+
+impl PgTreasuryConsumer {
+    /// Connects (and migrates) the consumer database.
+    pub async fn open(config: PgConfig, consumer: &str, gap_alarm_after: Duration) -> Result<Self> {
+        let store = PgStore::open(config).await?;
+        let pool = store.pool().clone();
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS treasury_balances (
+                 account TEXT NOT NULL, asset TEXT NOT NULL, balance BIGINT NOT NULL,
+                 PRIMARY KEY (account, asset))",
+        )
+        .execute(&pool)
+        .await
+        .map_err(map_error)?;
+        Ok(Self {
+            pool,
+            engine: InboxEngine::new(consumer).gap_alarm_after(gap_alarm_after),
+            stats: Arc::new(ConsumerStats::default()),
+        })
+    }
+
+    pub fn stats(&self) -> &ConsumerStats {
+        &self.stats
+    }
+
+    /// Applies one message in its own transaction.
+    pub async fn apply_one(&self, message: InboxMessage) -> Result<Accepted> {
+        let mut tx = self.pool.begin().await.map_err(map_error)?;
+        let accepted = {
+            let mut inbox = PgInbox::new(&mut tx);
+            self.engine
+                .accept(&mut inbox, message, &mut ApplyPostings)
+                .await?
+        };
+        tx.commit().await.map_err(map_error)?;
+        self.stats.record(&accepted);
+        Ok(accepted)
+    }
+
+    /// Raises alarms for gaps older than the alarm age (never skips them).
+    pub async fn check_gaps(&self) -> Result<Vec<GapAlarm>> {
+        let mut tx = self.pool.begin().await.map_err(map_error)?;
+        let alarms = self.engine.check_gaps(&mut PgInbox::new(&mut tx)).await?;
+        tx.commit().await.map_err(map_error)?;
+        Ok(alarms)
+    }
+
+    /// Balances per (account, asset) as the treasury table holds them.
+    pub async fn balances(&self) -> Result<BTreeMap<(String, String), i64>> {
+        let rows: Vec<(String, String, i64)> =
+            sqlx::query_as("SELECT account, asset, balance FROM treasury_balances")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(map_error)?;
+        Ok(rows.into_iter().map(|(a, s, b)| ((a, s), b)).collect())
+    }
+
+    /// Instructions applied, by account and sequence: `(account, sequence, instruction id, kind)`.
+    pub async fn applied(&self) -> Result<Vec<(String, u64, String, String)>> {
+        let rows: Vec<(String, i64, String, String)> = sqlx::query_as(
+            "SELECT account, sequence, instruction_id, kind FROM inbox_messages
+             WHERE consumer = $1 ORDER BY account, sequence",
+        )
+        .bind(self.engine.consumer())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_error)?;
+        Ok(rows
+            .into_iter()
+            .map(|(a, s, i, k)| (a, s as u64, i, k))
+            .collect())
+    }
+}
+
+#[async_trait]
+impl MessageSink for PgTreasuryConsumer {
+    async fn accept(&self, delivery_id: &str, messages: Vec<FanoutMessage>) -> Result<()> {
+        for message in messages {
+            let (id, sequence) = (message.instruction_id.clone(), message.sequence);
+            let accepted = self
+                .apply_one(message.to_inbox())
+                .await
+                .map_err(|e| e.with("delivery", delivery_id))?;
+            tracing::debug!(instruction_id = %id, account = %message.account.as_str(), sequence, ?accepted, "treasury inbox");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,127 @@
+//! Hop 2 test parts: a probe consumer on the real SQLite inbox, a fresh SQLite
+//! fan-out store, and a TCP forwarder that can be cut to play a network outage.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_bins::consumer::TreasuryConsumer;
+use outbox_core::{FanoutMessage, FanoutStore, MessageSink, Result};
+use outbox_store_sqlite::{SqliteConfig, SqliteFanoutStore};
+use outbox_testkit::ProbeConsumer;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// The reference treasury consumer (SQLite inbox) that also remembers what it was handed.
+pub struct Probe {
+    treasury: TreasuryConsumer,
+    received: Mutex<Vec<FanoutMessage>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Probe {
+    pub async fn new() -> Arc<Self> {
+        let dir = tempfile::tempdir().unwrap();
+        let config = SqliteConfig::new(dir.path().join("consumer.db"));
+        let treasury = TreasuryConsumer::open(config, "probe", Duration::from_secs(300))
+            .await
+            .unwrap();
+        Arc::new(Self {
+            treasury,
+            received: Mutex::default(),
+            _dir: dir,
+        })
+    }
+}
+
+#[async_trait]
+impl MessageSink for Probe {
+    async fn accept(&self, delivery_id: &str, messages: Vec<FanoutMessage>) -> Result<()> {
+        self.received.lock().unwrap().extend(messages.iter().cloned());
+        self.treasury.accept(delivery_id, messages).await
+    }
+}
+
+impl ProbeConsumer for Probe {
+    fn received(&self) -> Vec<FanoutMessage> {
+        self.received.lock().unwrap().clone()
+    }
+
+    fn applied(&self) -> Vec<(String, u64, String)> {
+        self.treasury
+            .applied()
+            .unwrap()
+            .into_iter()
+            .map(|(account, sequence, id, _)| (account, sequence, id))
+            .collect()
+    }
+
+    fn balance(&self, account: &str, asset: &str) -> i64 {
+        let balances = self.treasury.balances().unwrap();
+        balances
+            .get(&(account.to_owned(), asset.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// A fresh SQLite fan-out store in its own directory (kept alive with the store).
+pub async fn sqlite_fanout_store() -> Arc<dyn FanoutStore> {
+    let dir = tempfile::tempdir().unwrap();
+    let config = SqliteConfig::new(dir.path().join("fanout.db"));
+    let store = SqliteFanoutStore::open(config).await.unwrap();
+    // The directory must outlive the store; tests are short, so leak the guard.
+    std::mem::forget(dir);
+    Arc::new(store)
+}
+
+/// Forwards a loopback port to a target; `cut` drops the listener and every
+/// connection (the peer sees the endpoint vanish), `restore` listens again.
+pub struct TcpForwarder {
+    pub listen: SocketAddr,
+    target: SocketAddr,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl TcpForwarder {
+    pub async fn start(target: SocketAddr) -> Arc<Self> {
+        let listen: SocketAddr = ([127, 0, 0, 1], outbox_testkit::tansu::free_port()).into();
+        let forwarder = Arc::new(Self {
+            listen,
+            target,
+            task: Mutex::new(None),
+        });
+        forwarder.restore().await;
+        forwarder
+    }
+
+    pub async fn restore(&self) {
+        let listener = TcpListener::bind(self.listen).await.expect("bind the forwarder");
+        let target = self.target;
+        let task = tokio::spawn(async move {
+            let mut pipes = tokio::task::JoinSet::new();
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                pipes.spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        *self.task.lock().unwrap() = Some(task);
+    }
+
+    /// Aborting the task drops the listener and, with the JoinSet, every pipe.
+    pub fn cut(&self) {
+        if let Some(task) = self.task.lock().unwrap().take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for TcpForwarder {
+    fn drop(&mut self) {
+        self.cut();
+    }
+}
