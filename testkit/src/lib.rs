@@ -17,6 +17,7 @@ pub mod transport_cases;
 pub mod transport_harness;
 
 pub use harness::{FanoutStoreHarness, InboxHarness, StoreHarness, ThroughDyn};
+pub use transport_harness::{Destination, InjectedFault, ProbeConsumer, TransportHarness};
 
 /// Expands to one test per store case for `$harness` (a type implementing
 /// [`StoreHarness`]). Add `dyn` as a second argument to run the cases through

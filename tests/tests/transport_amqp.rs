@@ -103,7 +103,10 @@ impl Destination for AmqpDestination {
 
     async fn cleanup(&self) {
         // The queues are durable and named per case; delete them so runs leave nothing.
-        for queue in outbox_transport_amqp::Topology::new(&self.config.exchange, self.config.queue_count).queue_names() {
+        for queue in
+            outbox_transport_amqp::Topology::new(&self.config.exchange, self.config.queue_count)
+                .queue_names()
+        {
             let _ = Command::new("rabbitmqctl")
                 .args(["delete_queue", &queue])
                 .stdout(std::process::Stdio::null())

@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::hop2::{Probe, TcpForwarder, sqlite_fanout_store};
-use outbox_core::{ErrorKind, FanoutStore, MessageKind, Publisher, Subscriber};
+use outbox_core::{ErrorKind, FanoutStore, MessageKind, MessageSink, Publisher, Subscriber};
 use outbox_testkit::transport_cases::message;
 use outbox_testkit::{Destination, InjectedFault, ProbeConsumer, TransportHarness};
 use outbox_transport_http::{
     HttpPublisher, HttpSubscriber, MESSAGES_PATH, PublisherConfig, SubscriberConfig,
 };
+use tokio::sync::watch;
 
 const SECRET: &str = "hop2-test-secret";
 
@@ -23,6 +24,8 @@ struct HttpHarness;
 struct HttpDestination {
     subscriber_addr: SocketAddr,
     forwarder: Arc<TcpForwarder>,
+    /// Stops the subscriber the fault cases answer from.
+    fault_server: std::sync::Mutex<Option<watch::Sender<bool>>>,
 }
 
 fn publisher_to(addr: SocketAddr, secret: &str) -> Arc<dyn Publisher> {
@@ -63,6 +66,15 @@ impl Destination for HttpDestination {
 
     async fn faults(&self) -> Vec<InjectedFault> {
         let closed: SocketAddr = ([127, 0, 0, 1], outbox_testkit::tansu::free_port()).into();
+        // A live subscriber that checks signatures, for the 401 case.
+        let live = HttpSubscriber::bind(SubscriberConfig::new(([127, 0, 0, 1], 0).into(), SECRET))
+            .await
+            .expect("bind the fault subscriber");
+        let live_addr = live.local_addr();
+        let (stop, shutdown) = watch::channel(false);
+        let sink: Arc<dyn MessageSink> = Probe::new().await;
+        tokio::spawn(async move { live.run(sink, shutdown).await });
+        *self.fault_server.lock().unwrap() = Some(stop);
         vec![
             InjectedFault {
                 name: "endpoint down (connection refused)",
@@ -74,7 +86,7 @@ impl Destination for HttpDestination {
             },
             InjectedFault {
                 name: "signature refused (401)",
-                publisher: publisher_to(self.forwarder.listen, "not-the-shared-secret"),
+                publisher: publisher_to(live_addr, "not-the-shared-secret"),
                 message: message("merchants:1", 1, MessageKind::Committed),
                 kind: ErrorKind::Transport,
                 transient: false,
@@ -85,6 +97,9 @@ impl Destination for HttpDestination {
 
     async fn cleanup(&self) {
         self.forwarder.cut();
+        if let Some(stop) = self.fault_server.lock().unwrap().take() {
+            let _ = stop.send(true);
+        }
     }
 }
 
@@ -101,6 +116,7 @@ impl TransportHarness for HttpHarness {
         Ok(Box::new(HttpDestination {
             subscriber_addr,
             forwarder,
+            fault_server: std::sync::Mutex::new(None),
         }))
     }
 

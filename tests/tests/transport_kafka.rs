@@ -66,7 +66,12 @@ impl Destination for KafkaDestination {
     }
 
     async fn stop_broker(&self) {
-        self.own.as_ref().expect("a restartable destination").lock().await.kill();
+        self.own
+            .as_ref()
+            .expect("a restartable destination")
+            .lock()
+            .await
+            .kill();
     }
 
     async fn start_broker(&self) {

@@ -38,7 +38,10 @@ impl Probe {
 #[async_trait]
 impl MessageSink for Probe {
     async fn accept(&self, delivery_id: &str, messages: Vec<FanoutMessage>) -> Result<()> {
-        self.received.lock().unwrap().extend(messages.iter().cloned());
+        self.received
+            .lock()
+            .unwrap()
+            .extend(messages.iter().cloned());
         self.treasury.accept(delivery_id, messages).await
     }
 }
@@ -97,7 +100,9 @@ impl TcpForwarder {
     }
 
     pub async fn restore(&self) {
-        let listener = TcpListener::bind(self.listen).await.expect("bind the forwarder");
+        let listener = TcpListener::bind(self.listen)
+            .await
+            .expect("bind the forwarder");
         let target = self.target;
         let task = tokio::spawn(async move {
             let mut pipes = tokio::task::JoinSet::new();
