@@ -11,10 +11,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::hop2::{Probe, sqlite_fanout_store};
+use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
+use lapin::{Connection, ConnectionProperties};
 use outbox_core::{ErrorKind, FanoutStore, MessageKind, Publisher, Subscriber};
 use outbox_testkit::transport_cases::message;
 use outbox_testkit::{Destination, InjectedFault, ProbeConsumer, TransportHarness};
-use outbox_transport_amqp::{AmqpConfig, AmqpPublisher, AmqpSubscriber};
+use outbox_transport_amqp::{AmqpConfig, AmqpPublisher, AmqpSubscriber, Topology};
 
 struct AmqpHarness;
 
@@ -76,7 +78,7 @@ impl Destination for AmqpDestination {
         let mut unbound = self.config.clone();
         unbound.queue_count = 64;
         unbound.declare_topology = false;
-        let topology = outbox_transport_amqp::Topology::new(&unbound.exchange, 64);
+        let topology = Topology::new(&unbound.exchange, 64);
         let account = (0..10_000)
             .map(|i| format!("merchants:{i}"))
             .find(|a| topology.queue_index(&outbox_core::Account::parse(a).unwrap()) >= 4)
@@ -102,16 +104,34 @@ impl Destination for AmqpDestination {
     }
 
     async fn cleanup(&self) {
-        // The queues are durable and named per case; delete them so runs leave nothing.
-        for queue in
-            outbox_transport_amqp::Topology::new(&self.config.exchange, self.config.queue_count)
-                .queue_names()
-        {
-            let _ = Command::new("rabbitmqctl")
-                .args(["delete_queue", &queue])
-                .stdout(std::process::Stdio::null())
-                .status();
-        }
+        // Queues are durable and named per case: delete them and the exchange so runs
+        // leave nothing on the shared broker.
+        let work = async {
+            let connection = Connection::connect(&self.config.uri, ConnectionProperties::default())
+                .await
+                .ok()?;
+            let channel = connection.create_channel().await.ok()?;
+            let topology = Topology::new(&self.config.exchange, self.config.queue_count);
+            for queue in topology.queue_names() {
+                let _ = channel
+                    .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+                    .await;
+            }
+            let _ = channel
+                .exchange_delete(
+                    self.config.exchange.as_str().into(),
+                    ExchangeDeleteOptions::default(),
+                )
+                .await;
+            let _ = connection.close(200, "cleanup".into()).await;
+            Some(())
+        };
+        let done = tokio::time::timeout(Duration::from_secs(10), work).await;
+        assert!(
+            matches!(done, Ok(Some(()))),
+            "cleanup of {} failed",
+            self.config.exchange
+        );
     }
 }
 
