@@ -2,7 +2,7 @@
 //! from the postings of the ledger transactions it receives.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -23,6 +23,8 @@ pub struct TreasuryConsumer {
     config: SqliteConfig,
     engine: InboxEngine,
     stats: Arc<ConsumerStats>,
+    /// The connection deliveries are applied on, opened on first use.
+    writer: Arc<Mutex<Option<Connection>>>,
 }
 
 impl TreasuryConsumer {
@@ -44,6 +46,7 @@ impl TreasuryConsumer {
             config,
             engine: InboxEngine::new(consumer).gap_alarm_after(gap_alarm_after),
             stats: Arc::new(ConsumerStats::default()),
+            writer: Arc::default(),
         })
     }
 
@@ -136,10 +139,17 @@ impl MessageSink for TreasuryConsumer {
         let this = self.clone();
         let delivery_id = delivery_id.to_owned();
         tokio::task::spawn_blocking(move || {
-            let mut conn = this.connect()?;
+            // One writer at a time through one kept connection: SQLite has a single
+            // write lock anyway, and concurrent deliveries would otherwise wait in
+            // its busy handler's sleeps (and each open a connection).
+            let mut writer = this.writer.lock().unwrap_or_else(|p| p.into_inner());
+            if writer.is_none() {
+                *writer = Some(this.connect()?);
+            }
+            let conn = writer.as_mut().expect("connected above");
             for message in messages.iter().map(FanoutMessage::to_inbox) {
                 let (id, account, sequence) = (message.instruction_id.clone(), message.account.clone(), message.sequence);
-                let accepted = this.apply_one(&mut conn, message).map_err(|e| e.with("delivery", &delivery_id))?;
+                let accepted = this.apply_one(conn, message).map_err(|e| e.with("delivery", &delivery_id))?;
                 tracing::debug!(instruction_id = %id, %account, sequence, ?accepted, "treasury inbox");
             }
             Ok(())

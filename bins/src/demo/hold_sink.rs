@@ -1,6 +1,7 @@
-//! The demo's one staged fault on Hop 2: the consumer refuses payout A's webhook
-//! (503) until its reversal has arrived, so the reversal reaches the inbox first and
-//! is held; the ledger's retry then delivers A, and the reversal is released.
+//! The demo's one staged fault on Hop 2: the webhook intake refuses payout A's
+//! webhook (503) until its reversal has arrived, as a lost delivery would. The
+//! reversal is stored and fanned out first, reaches the consumer's inbox first and is
+//! held there; the ledger's retry then delivers A, and the reversal is released.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

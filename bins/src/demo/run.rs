@@ -6,14 +6,23 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use outbox_core::{DeliveryOutcome, Error, ErrorKind, EventId, Ledger, Result, Store};
+use outbox_core::{
+    Backoff, DeliveryOutcome, Error, ErrorKind, EventId, FanoutConfig, FanoutLoop, FanoutStore,
+    Ledger, MessageSink, Result, RunMode, Store, Subscriber, Wakeup,
+};
 use outbox_ledger_dev::{
     DevLedger, DevLedgerConfig, RunningDevLedger, WebhookBackoff, WebhookTarget,
 };
 use outbox_ledger_formance::{FormanceConfig, FormanceLedger};
-use outbox_store_sqlite::{SqliteConfig, SqliteStore, connect, enqueue, map_error};
-use outbox_transport_http::{ReceiverConfig, start_receiver};
+use outbox_store_sqlite::{
+    SqliteConfig, SqliteFanoutStore, SqliteStore, connect, enqueue, map_error,
+};
+use outbox_transport_http::{
+    FanoutIntake, HttpPublisher, HttpSubscriber, PublisherConfig, ReceiverConfig, SubscriberConfig,
+    start_receiver,
+};
 use rusqlite::TransactionBehavior;
+use tokio::sync::watch;
 
 use super::hold_sink::HoldPostingUntilReversal;
 use super::scenario::{REFERENCE_MERCHANT, Scenario};
@@ -47,7 +56,9 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     let dir = fresh_dir(&args.dir)?;
     let outbox_url = format!("sqlite://{}", dir.join("outbox.db").display());
 
-    step("Consumer: a treasury database whose inbox applies the ledger's webhooks");
+    step(
+        "Consumer: a treasury database whose inbox applies Hop 2 messages, behind a signed HTTP receiver",
+    );
     let consumer = TreasuryConsumer::open(
         SqliteConfig::new(dir.join("treasury.db")),
         "treasury",
@@ -55,19 +66,59 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     )
     .await?;
     let scenario = Scenario::build(args.payouts, args.merchants);
+    let (stop, shutdown) = watch::channel(false);
+    let publish_secret = format!("hop2-{}", EventId::new());
+    let subscriber = HttpSubscriber::bind(SubscriberConfig::new(
+        ([127, 0, 0, 1], 0).into(),
+        publish_secret.clone(),
+    ))
+    .await?;
+    let subscriber_url = subscriber.url();
+    println!("    consumer receiver on {subscriber_url}");
+    let consumer_sink: Arc<dyn MessageSink> = Arc::new(consumer.clone());
+    let consuming = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { subscriber.run(consumer_sink, shutdown).await }
+    });
+
+    step(
+        "Fan-out: the ledger's signed webhooks into a durable fan-out store, published to the consumer in per-account order",
+    );
+    let fanout_store: Arc<dyn FanoutStore> =
+        Arc::new(SqliteFanoutStore::open(SqliteConfig::new(dir.join("fanout.db"))).await?);
+    let wakeup = Wakeup::new();
     let secret = format!("whsec-{}", EventId::new());
-    let sink = Arc::new(HoldPostingUntilReversal {
-        inner: Arc::new(consumer.clone()),
+    let intake = Arc::new(HoldPostingUntilReversal {
+        inner: Arc::new(FanoutIntake::new(
+            fanout_store.clone(),
+            Some(wakeup.clone()),
+        )),
         posting: scenario.payout_a,
         reversal: scenario.reversal,
         reversal_seen: AtomicBool::new(false),
     });
     let receiver = start_receiver(
         ReceiverConfig::new(([127, 0, 0, 1], 0).into(), secret.clone()),
-        sink,
+        intake,
     )
     .await?;
-    println!("    webhook receiver on {}", receiver.webhook_url());
+    println!("    webhook intake on {}", receiver.webhook_url());
+    let publisher = Arc::new(HttpPublisher::new(PublisherConfig::new(
+        subscriber_url,
+        publish_secret,
+    ))?);
+    let fanout_config = FanoutConfig {
+        poll_interval: Duration::from_millis(50),
+        backoff: Backoff {
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(500),
+        },
+        ..FanoutConfig::default()
+    };
+    let fanout = FanoutLoop::open(fanout_store, publisher, fanout_config)
+        .await?
+        .with_wakeup(wakeup);
+    let fanning_out = tokio::spawn(fanout.run(RunMode::Daemon, shutdown));
 
     step("Ledger: the local Formance-v2-compatible dev ledger, in process");
     let ledger = DevLedger::start(DevLedgerConfig {
@@ -168,6 +219,10 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     let report = Report::gather(&store, &client, &consumer, &ledger, &scenario).await?;
     report.print(&scenario, started.elapsed());
     receiver.shutdown().await;
+    let _ = stop.send(true);
+    let joined = |e: tokio::task::JoinError| failed(format!("demo task: {e}"));
+    fanning_out.await.map_err(joined)??;
+    consuming.await.map_err(joined)??;
     ledger.shutdown().await;
     report.check()
 }

@@ -1,0 +1,774 @@
+//! Fan-out throughput against raw producers, printed as figures and ratios (no
+//! assertions on time).
+//!
+//! N messages (default 20,000 over 1,000 accounts, round-robin, ~400-byte ledger
+//! transaction payloads with the outbox identity headers) are stored in a fresh
+//! `SqliteFanoutStore` (default settings: WAL, `synchronous=FULL`) and drained by
+//! `FanoutLoop` (`RunMode::Drain`) into:
+//!
+//! - Kafka (`KafkaPublisher`, a fresh topic with 8 partitions). Baseline: a raw
+//!   rdkafka `FutureProducer` with the publisher's settings (`enable.idempotence=true`,
+//!   `acks=all`, murmur2 partitioner), the same keys, headers and payloads, sending all
+//!   N and awaiting every delivery report.
+//! - RabbitMQ (`AmqpPublisher`, a fresh exchange with 8 queues). Baseline: a raw lapin
+//!   channel in confirm mode publishing the same messages (mandatory, persistent, same
+//!   properties and routing keys) to the same topology, then awaiting every confirm.
+//!
+//! Every variant gets its own topic or exchange, and every producer sends one warm-up
+//! message before the clock starts (connection, metadata, producer id, topology
+//! declaration are not measured). Diagnostics beside the ratio: the raw producer with a
+//! barrier every 1,000 messages (what the loop's per-round wait costs by itself), the
+//! loop with larger batches, and where the loop's time goes (store reads, publish
+//! calls, cursor saves, the rest). Goal: loop ≥ 0.8 × raw.
+//!
+//! Run: `cargo bench -p outbox-bins --features all --bench fanout`, options after `--`:
+//! `--messages 20000 --accounts 1000 --partitions 8 --queues 8 --batches 1000,5000
+//! --reps 2 --only kafka|amqp`. Brokers: `OUTBOX_KAFKA_BROKERS` (default
+//! `127.0.0.1:9092`), `OUTBOX_AMQP_URL` (default `amqp://guest:guest@127.0.0.1:5672/%2f`).
+//! An unreachable broker is skipped with a message. Topics, queues and exchanges
+//! created here are deleted at the end.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, ExchangeDeleteOptions,
+    QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{BasicProperties, Confirmation, Connection, ConnectionProperties, ExchangeKind};
+use outbox_core::fanout::headers;
+use outbox_core::{
+    Account, AppendOutcome, FanoutConfig, FanoutLoop, FanoutMessage, FanoutStore, MessageKind,
+    Publisher, PublisherCapabilities, RunMode, StoredMessage,
+};
+use outbox_store_sqlite::{SqliteConfig, SqliteFanoutStore};
+use outbox_transport_amqp::{AmqpConfig, AmqpPublisher, Topology};
+use outbox_transport_kafka::{KafkaPublisher, PublisherConfig, create_topic};
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+const DEFAULT_BROKERS: &str = "127.0.0.1:9092";
+const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+const CLIENT_ID: &str = "ledger-outbox-bench";
+/// The raw producers' diagnostic barrier: the loop's default batch size.
+const RAW_ROUND: usize = 1000;
+
+// ---------------------------------------------------------------------------------------
+// Arguments
+
+struct Args(Vec<String>);
+
+impl Args {
+    fn value(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .position(|a| a == name)
+            .and_then(|i| self.0.get(i + 1))
+            .map(String::as_str)
+    }
+
+    fn num(&self, name: &str, default: usize) -> usize {
+        self.value(name)
+            .and_then(|v| v.replace('_', "").parse().ok())
+            .unwrap_or(default)
+    }
+
+    fn list(&self, name: &str, default: &[usize]) -> Vec<usize> {
+        self.value(name)
+            .map(|v| {
+                v.split(',')
+                    .filter_map(|n| n.trim().replace('_', "").parse().ok())
+                    .collect::<Vec<usize>>()
+            })
+            .filter(|l| !l.is_empty())
+            .unwrap_or_else(|| default.to_vec())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Messages
+
+/// A ledger transaction as the ledger's webhook carries it (~400 bytes).
+fn payload(account: usize, sequence: u64, tx_id: u64, instruction_id: &str) -> Vec<u8> {
+    let amount = 1_000_000 + (tx_id % 97) * 1_250;
+    format!(
+        concat!(
+            r#"{{"id":{tx},"postings":[{{"source":"merchants:{a}:available","#,
+            r#""destination":"merchants:{a}:payouts:pending","amount":{amount},"asset":"USD/2"}}],"#,
+            r#""metadata":{{"outbox_event_id":"{id}","outbox_account":"merchants:{a}","#,
+            r#""outbox_sequence":"{seq}","event_type":"payout.requested"}},"#,
+            r#""timestamp":"2025-03-14T09:26:53.589793Z","insertedAt":"2025-03-14T09:26:53.612345Z","#,
+            r#""reference":"payout-{id}","reverted":false}}"#
+        ),
+        tx = tx_id,
+        a = account,
+        amount = amount,
+        id = instruction_id,
+        seq = sequence,
+    )
+    .into_bytes()
+}
+
+/// `count` committed messages, account `n % accounts` for message `n`, each account's
+/// sequences 1, 2, … in position order.
+fn messages(count: usize, accounts: usize) -> Vec<FanoutMessage> {
+    (0..count)
+        .map(|n| {
+            let account = n % accounts;
+            let sequence = (n / accounts) as u64 + 1;
+            let tx_id = 1_000_000 + n as u64;
+            let instruction_id = Uuid::now_v7().to_string();
+            FanoutMessage {
+                payload: payload(account, sequence, tx_id, &instruction_id),
+                instruction_id,
+                account: Account::parse(&format!("merchants:{account}")).unwrap(),
+                sequence,
+                kind: MessageKind::Committed,
+                ledger: "payouts".to_owned(),
+                ledger_tx_id: Some(tx_id),
+                traceparent: None,
+                tracestate: None,
+            }
+        })
+        .collect()
+}
+
+/// A fresh fan-out store holding `messages` (appended 500 per delivery).
+async fn store(dir: &std::path::Path, messages: &[FanoutMessage]) -> SqliteFanoutStore {
+    let config = SqliteConfig::new(dir.join(format!("fanout-{}.db", Uuid::now_v7())));
+    let store = SqliteFanoutStore::open(config).await.unwrap();
+    for (i, chunk) in messages.chunks(500).enumerate() {
+        let outcome = store.append(&format!("bench-{i}"), chunk).await.unwrap();
+        assert_eq!(outcome.stored, chunk.len());
+    }
+    store
+}
+
+/// One warm-up message (its own account, outside the measured set).
+fn warmup_message() -> FanoutMessage {
+    let instruction_id = Uuid::now_v7().to_string();
+    FanoutMessage {
+        payload: payload(999_999, 1, 1, &instruction_id),
+        instruction_id,
+        account: Account::parse("merchants:warmup").unwrap(),
+        sequence: 1,
+        kind: MessageKind::Committed,
+        ledger: "payouts".to_owned(),
+        ledger_tx_id: Some(1),
+        traceparent: None,
+        tracestate: None,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Instrumented store and publisher: where the loop's time goes
+
+#[derive(Default)]
+struct Timer {
+    nanos: AtomicU64,
+    calls: AtomicU64,
+}
+
+impl Timer {
+    fn add(&self, since: Instant) {
+        self.nanos
+            .fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn total(&self) -> Duration {
+        Duration::from_nanos(self.nanos.load(Ordering::Relaxed))
+    }
+
+    fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+}
+
+struct TimedStore {
+    inner: SqliteFanoutStore,
+    read: Timer,
+    save: Timer,
+}
+
+#[async_trait]
+impl FanoutStore for TimedStore {
+    async fn append(
+        &self,
+        delivery_id: &str,
+        messages: &[FanoutMessage],
+    ) -> outbox_core::Result<AppendOutcome> {
+        self.inner.append(delivery_id, messages).await
+    }
+
+    async fn read_after(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> outbox_core::Result<Vec<StoredMessage>> {
+        let start = Instant::now();
+        let read = self.inner.read_after(after, limit).await;
+        self.read.add(start);
+        read
+    }
+
+    async fn load_cursor(&self, transport: &str) -> outbox_core::Result<u64> {
+        self.inner.load_cursor(transport).await
+    }
+
+    async fn save_cursor(&self, transport: &str, position: u64) -> outbox_core::Result<()> {
+        let start = Instant::now();
+        let saved = self.inner.save_cursor(transport, position).await;
+        self.save.add(start);
+        saved
+    }
+}
+
+struct TimedPublisher {
+    inner: Arc<dyn Publisher>,
+    publish: Timer,
+}
+
+#[async_trait]
+impl Publisher for TimedPublisher {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn capabilities(&self) -> PublisherCapabilities {
+        self.inner.capabilities()
+    }
+
+    async fn publish(&self, messages: &[FanoutMessage]) -> Vec<outbox_core::Result<()>> {
+        let start = Instant::now();
+        let results = self.inner.publish(messages).await;
+        self.publish.add(start);
+        results
+    }
+}
+
+/// What one loop drain took, and where.
+struct LoopRun {
+    elapsed: Duration,
+    rounds: u64,
+    reads: u64,
+    read: Duration,
+    publish: Duration,
+    save: Duration,
+}
+
+impl LoopRun {
+    fn breakdown(&self) -> String {
+        let other = self
+            .elapsed
+            .saturating_sub(self.read + self.publish + self.save);
+        let pct = |d: Duration| 100.0 * d.as_secs_f64() / self.elapsed.as_secs_f64();
+        format!(
+            "{} rounds, {} reads: read {:.0} ms ({:.0}%), publish {:.0} ms ({:.0}%), cursor save {:.0} ms ({:.0}%), loop {:.0} ms ({:.0}%)",
+            self.rounds,
+            self.reads,
+            ms(self.read),
+            pct(self.read),
+            ms(self.publish),
+            pct(self.publish),
+            ms(self.save),
+            pct(self.save),
+            ms(other),
+            pct(other),
+        )
+    }
+}
+
+/// Drains `store` into `publisher` (warmed up already) with `batch_size`.
+async fn loop_drain(
+    store: SqliteFanoutStore,
+    publisher: Arc<dyn Publisher>,
+    batch_size: usize,
+    expected: usize,
+) -> LoopRun {
+    let store = Arc::new(TimedStore {
+        inner: store,
+        read: Timer::default(),
+        save: Timer::default(),
+    });
+    let publisher = Arc::new(TimedPublisher {
+        inner: publisher,
+        publish: Timer::default(),
+    });
+    let config = FanoutConfig {
+        batch_size,
+        poll_interval: Duration::from_millis(10),
+        ..FanoutConfig::default()
+    };
+    let fanout = FanoutLoop::open(store.clone(), publisher.clone(), config)
+        .await
+        .unwrap();
+    let (_stop, stopped) = watch::channel(false);
+    let start = Instant::now();
+    let summary = fanout.run(RunMode::Drain, stopped).await.unwrap();
+    let elapsed = start.elapsed();
+    assert_eq!(summary.published, expected as u64, "{summary:?}");
+    assert_eq!(
+        summary.retried + summary.permanent_failures,
+        0,
+        "{summary:?}"
+    );
+    LoopRun {
+        elapsed,
+        rounds: publisher.publish.calls(),
+        reads: store.read.calls(),
+        read: store.read.total(),
+        publish: publisher.publish.total(),
+        save: store.save.total(),
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn rate(count: usize, d: Duration) -> f64 {
+    count as f64 / d.as_secs_f64()
+}
+
+/// Runs `variants` in `reps` rounds, rotating the order each round so drift hits all
+/// alike; returns each variant's durations.
+fn rotated(variants: usize, rep: usize) -> impl Iterator<Item = usize> {
+    (0..variants).map(move |i| (i + rep) % variants)
+}
+
+fn median(times: &mut [Duration]) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+// ---------------------------------------------------------------------------------------
+// Kafka
+
+fn brokers() -> String {
+    std::env::var("OUTBOX_KAFKA_BROKERS").unwrap_or_else(|_| DEFAULT_BROKERS.to_owned())
+}
+
+/// The publisher's librdkafka settings (`PublisherConfig::client_config`).
+fn raw_producer(config: &PublisherConfig) -> FutureProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", &config.brokers)
+        .set("client.id", &config.client_id)
+        .set("message.timeout.ms", config.message_timeout_ms.to_string())
+        .set("partitioner", "murmur2_random")
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .create()
+        .unwrap()
+}
+
+fn kafka_send(producer: &FutureProducer, topic: &str, message: &FanoutMessage) -> DeliveryFuture {
+    let mut owned = OwnedHeaders::new_with_capacity(8);
+    for (name, value) in headers::encode(message) {
+        owned = owned.insert(Header {
+            key: name,
+            value: Some(value.as_str()),
+        });
+    }
+    let record = FutureRecord::to(topic)
+        .key(message.account.as_str())
+        .payload(message.payload.as_slice())
+        .headers(owned);
+    producer.send_result(record).map_err(|(e, _)| e).unwrap()
+}
+
+async fn kafka_await(pending: Vec<DeliveryFuture>) {
+    for delivery in pending {
+        delivery.await.unwrap().map_err(|(e, _)| e).unwrap();
+    }
+}
+
+/// Sends everything, awaiting the deliveries every `round` messages.
+async fn kafka_raw(topic: &str, messages: &[FanoutMessage], round: usize) -> Duration {
+    let mut config = PublisherConfig::new(brokers(), topic);
+    config.client_id = CLIENT_ID.to_owned();
+    let producer = raw_producer(&config);
+    kafka_await(vec![kafka_send(&producer, topic, &warmup_message())]).await;
+    let start = Instant::now();
+    for chunk in messages.chunks(round) {
+        let pending = chunk
+            .iter()
+            .map(|m| kafka_send(&producer, topic, m))
+            .collect();
+        kafka_await(pending).await;
+    }
+    let elapsed = start.elapsed();
+    std::thread::spawn(move || drop(producer));
+    elapsed
+}
+
+async fn kafka_loop(
+    topic: &str,
+    store: SqliteFanoutStore,
+    batch_size: usize,
+    expected: usize,
+) -> LoopRun {
+    let mut config = PublisherConfig::new(brokers(), topic);
+    config.client_id = CLIENT_ID.to_owned();
+    let publisher: Arc<dyn Publisher> = Arc::new(KafkaPublisher::new(config).unwrap());
+    let warm = publisher.publish(&[warmup_message()]).await;
+    assert!(warm.iter().all(Result::is_ok), "{warm:?}");
+    let run = loop_drain(store, publisher.clone(), batch_size, expected).await;
+    std::thread::spawn(move || drop(publisher));
+    run
+}
+
+async fn kafka_topic(topic: &str, partitions: i32) -> outbox_core::Result<()> {
+    create_topic(&brokers(), topic, partitions, None, Duration::from_secs(5))
+        .await
+        .map(drop)
+}
+
+async fn kafka_delete(topics: &[String]) {
+    let admin: AdminClient<DefaultClientContext> = match ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .create()
+    {
+        Ok(admin) => admin,
+        Err(e) => return eprintln!("cleanup: no admin client: {e}"),
+    };
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(5)));
+    match tokio::time::timeout(
+        Duration::from_secs(10),
+        admin.delete_topics(&names, &options),
+    )
+    .await
+    {
+        Ok(Ok(results)) => {
+            for result in results {
+                if let Err((topic, code)) = result {
+                    eprintln!("cleanup: topic {topic} not deleted: {code:?}");
+                }
+            }
+        }
+        Ok(Err(e)) => eprintln!("cleanup: deleting topics failed: {e}"),
+        Err(_) => eprintln!("cleanup: deleting topics timed out"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// RabbitMQ
+
+fn amqp_url() -> String {
+    std::env::var("OUTBOX_AMQP_URL").unwrap_or_else(|_| DEFAULT_AMQP_URL.to_owned())
+}
+
+async fn amqp_connect() -> lapin::Result<Connection> {
+    Connection::connect(&amqp_url(), ConnectionProperties::default()).await
+}
+
+/// The publisher's topology (`Topology::declare`): a durable direct exchange and
+/// `queues` durable single-active-consumer queues bound by index.
+async fn amqp_declare(channel: &lapin::Channel, topology: &Topology) {
+    channel
+        .exchange_declare(
+            topology.exchange().into(),
+            ExchangeKind::Direct,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..ExchangeDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    for index in 0..topology.queue_count() {
+        let queue = topology.queue_name(index);
+        let mut arguments = FieldTable::default();
+        arguments.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
+        channel
+            .queue_declare(
+                queue.as_str().into(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..QueueDeclareOptions::default()
+                },
+                arguments,
+            )
+            .await
+            .unwrap();
+        channel
+            .queue_bind(
+                queue.as_str().into(),
+                topology.exchange().into(),
+                index.to_string().into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// The publisher's properties (`AmqpPublisher::properties`).
+fn amqp_properties(message: &FanoutMessage) -> BasicProperties {
+    let mut table = FieldTable::default();
+    for (name, value) in headers::encode(message) {
+        table.insert(name.into(), AMQPValue::LongString(value.into()));
+    }
+    BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_content_type("application/json".into())
+        .with_message_id(ShortString::try_new(message.instruction_id.as_str()).unwrap())
+        .with_headers(table)
+}
+
+async fn amqp_publish(
+    channel: &lapin::Channel,
+    topology: &Topology,
+    message: &FanoutMessage,
+) -> lapin::PublisherConfirm {
+    let routing_key = topology.routing_key(&message.account);
+    channel
+        .basic_publish(
+            topology.exchange().into(),
+            routing_key.as_str().into(),
+            BasicPublishOptions {
+                mandatory: true,
+                ..BasicPublishOptions::default()
+            },
+            &message.payload,
+            amqp_properties(message),
+        )
+        .await
+        .unwrap()
+}
+
+/// Publishes everything on one confirm-mode channel, awaiting the confirms every
+/// `round` messages.
+async fn amqp_raw(topology: &Topology, messages: &[FanoutMessage], round: usize) -> Duration {
+    let connection = amqp_connect().await.unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    amqp_declare(&channel, topology).await;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let confirmed = |c: Confirmation| {
+        assert!(
+            matches!(&c, Confirmation::Ack(None)),
+            "not a plain ack: {c:?}"
+        );
+    };
+    confirmed(
+        amqp_publish(&channel, topology, &warmup_message())
+            .await
+            .await
+            .unwrap(),
+    );
+    let start = Instant::now();
+    for chunk in messages.chunks(round) {
+        let mut pending = Vec::with_capacity(chunk.len());
+        for message in chunk {
+            pending.push(amqp_publish(&channel, topology, message).await);
+        }
+        for confirm in pending {
+            confirmed(confirm.await.unwrap());
+        }
+    }
+    let elapsed = start.elapsed();
+    let _ = connection.close(200, "bench done".into()).await;
+    elapsed
+}
+
+async fn amqp_loop(
+    exchange: &str,
+    queues: u16,
+    store: SqliteFanoutStore,
+    batch_size: usize,
+    expected: usize,
+) -> LoopRun {
+    let mut config = AmqpConfig::new(amqp_url(), exchange);
+    config.queue_count = queues;
+    let publisher: Arc<dyn Publisher> = Arc::new(AmqpPublisher::new(config).unwrap());
+    let warm = publisher.publish(&[warmup_message()]).await;
+    assert!(warm.iter().all(Result::is_ok), "{warm:?}");
+    loop_drain(store, publisher, batch_size, expected).await
+}
+
+async fn amqp_delete(topologies: &[Topology]) {
+    let work = async {
+        let connection = amqp_connect().await?;
+        let channel = connection.create_channel().await?;
+        for topology in topologies {
+            for queue in topology.queue_names() {
+                channel
+                    .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+                    .await?;
+            }
+            channel
+                .exchange_delete(topology.exchange().into(), ExchangeDeleteOptions::default())
+                .await?;
+        }
+        connection.close(200, "cleanup".into()).await
+    };
+    match tokio::time::timeout(Duration::from_secs(20), work).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("cleanup: deleting queues/exchanges failed: {e}"),
+        Err(_) => eprintln!("cleanup: deleting queues/exchanges timed out"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Sections
+
+/// What one section measures: the variants' labels, in print order.
+fn labels(batches: &[usize]) -> Vec<String> {
+    let mut labels = vec![
+        "raw (all in flight)".to_owned(),
+        format!("raw, barrier/{RAW_ROUND}"),
+    ];
+    labels.extend(batches.iter().map(|b| format!("loop, batch {b}")));
+    labels
+}
+
+fn report(count: usize, labels: &[String], times: &mut [Vec<Duration>], runs: &[Vec<LoopRun>]) {
+    let raw = rate(count, median(&mut times[0]));
+    println!(
+        "  {:<22} {:>10} {:>10}   {}",
+        "variant", "msgs/s", "ratio", "(median of reps; ratio to raw all in flight)"
+    );
+    for (i, label) in labels.iter().enumerate() {
+        let r = rate(count, median(&mut times[i]));
+        println!("  {label:<22} {r:>10.0} {:>10.2}", r / raw);
+    }
+    for (label, runs) in labels.iter().skip(2).zip(runs) {
+        for run in runs {
+            println!(
+                "    {label}: {:.0} ms = {}",
+                ms(run.elapsed),
+                run.breakdown()
+            );
+        }
+    }
+}
+
+async fn kafka_section(args: &Args, all: &[FanoutMessage], dir: &std::path::Path, run: &str) {
+    let partitions = args.num("--partitions", 8) as i32;
+    let batches = args.list("--batches", &[1000, 5000]);
+    let reps = args.num("--reps", 2).max(1);
+    println!(
+        "Kafka at {} ({partitions} partitions, enable.idempotence=true, acks=all):",
+        brokers()
+    );
+    if let Err(e) = kafka_topic(&format!("outbox-bench-{run}-probe"), 1).await {
+        println!("  SKIPPED: no Kafka broker reachable at {}: {e}", brokers());
+        return;
+    }
+    let mut topics = vec![format!("outbox-bench-{run}-probe")];
+    let labels = labels(&batches);
+    let mut times: Vec<Vec<Duration>> = labels.iter().map(|_| Vec::new()).collect();
+    let mut runs: Vec<Vec<LoopRun>> = batches.iter().map(|_| Vec::new()).collect();
+    for rep in 0..reps {
+        for variant in rotated(labels.len(), rep) {
+            let topic = format!("outbox-bench-{run}-k{rep}-{variant}");
+            kafka_topic(&topic, partitions).await.unwrap();
+            topics.push(topic.clone());
+            let elapsed = match variant {
+                0 => kafka_raw(&topic, all, all.len()).await,
+                1 => kafka_raw(&topic, all, RAW_ROUND).await,
+                _ => {
+                    let store = store(dir, all).await;
+                    let run = kafka_loop(&topic, store, batches[variant - 2], all.len()).await;
+                    let elapsed = run.elapsed;
+                    runs[variant - 2].push(run);
+                    elapsed
+                }
+            };
+            times[variant].push(elapsed);
+        }
+    }
+    report(all.len(), &labels, &mut times, &runs);
+    kafka_delete(&topics).await;
+}
+
+async fn amqp_section(args: &Args, all: &[FanoutMessage], dir: &std::path::Path, run: &str) {
+    let queues = args.num("--queues", 8) as u16;
+    let batches = args.list("--batches", &[1000, 5000]);
+    let reps = args.num("--reps", 2).max(1);
+    println!(
+        "RabbitMQ at {} ({queues} queues, confirms, mandatory, persistent):",
+        AmqpConfig::new(amqp_url(), "x").redacted_uri()
+    );
+    match tokio::time::timeout(Duration::from_secs(5), amqp_connect()).await {
+        Ok(Ok(connection)) => {
+            let _ = connection.close(200, "probe".into()).await;
+        }
+        Ok(Err(e)) => return println!("  SKIPPED: no RabbitMQ reachable: {e}"),
+        Err(_) => return println!("  SKIPPED: no RabbitMQ reachable (connect timed out)"),
+    }
+    let labels = labels(&batches);
+    let mut topologies = Vec::new();
+    let mut times: Vec<Vec<Duration>> = labels.iter().map(|_| Vec::new()).collect();
+    let mut runs: Vec<Vec<LoopRun>> = batches.iter().map(|_| Vec::new()).collect();
+    for rep in 0..reps {
+        for variant in rotated(labels.len(), rep) {
+            let topology = Topology::new(format!("outbox-bench-{run}-a{rep}-{variant}"), queues);
+            topologies.push(topology.clone());
+            let elapsed = match variant {
+                0 => amqp_raw(&topology, all, all.len()).await,
+                1 => amqp_raw(&topology, all, RAW_ROUND).await,
+                _ => {
+                    let store = store(dir, all).await;
+                    let run = amqp_loop(
+                        topology.exchange(),
+                        queues,
+                        store,
+                        batches[variant - 2],
+                        all.len(),
+                    )
+                    .await;
+                    let elapsed = run.elapsed;
+                    runs[variant - 2].push(run);
+                    elapsed
+                }
+            };
+            times[variant].push(elapsed);
+        }
+    }
+    report(all.len(), &labels, &mut times, &runs);
+    amqp_delete(&topologies).await;
+}
+
+fn main() {
+    let args = Args(std::env::args().collect());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let count = args.num("--messages", 20_000);
+        let accounts = args.num("--accounts", 1_000).max(1);
+        let all = messages(count, accounts);
+        let mean_payload = all.iter().map(|m| m.payload.len()).sum::<usize>() / count.max(1);
+        let dir = tempfile::TempDir::new().unwrap();
+        let run = Uuid::now_v7().simple().to_string();
+        println!(
+            "Fan-out from SQLite (synchronous=FULL) vs raw producers: {count} messages over {accounts} accounts, \
+             payload ~{mean_payload} B + {} headers",
+            headers::encode(&all[0]).len()
+        );
+        let only = args.value("--only").unwrap_or("");
+        if only.is_empty() || only == "kafka" {
+            kafka_section(&args, &all, dir.path(), &run).await;
+        }
+        if only.is_empty() || only == "amqp" {
+            amqp_section(&args, &all, dir.path(), &run).await;
+        }
+        println!("goal: loop (default batch 1000) / raw ≥ 0.80");
+    });
+}

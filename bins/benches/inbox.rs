@@ -1,0 +1,545 @@
+//! Inbox apply rate against a raw insert of the same impact rows, printed as figures
+//! and ratios (no assertions on time).
+//!
+//! Committed messages over 1,000 accounts (round-robin, each account's sequences in
+//! order; ~400-byte ledger transactions with one posting, so two `treasury_balances`
+//! upserts each) are applied one transaction per message:
+//!
+//! - SQLite: `TreasuryConsumer::apply_one` against a raw loop that opens the same
+//!   `IMMEDIATE` transaction on a connection with the same settings, upserts the same
+//!   `deltas` and commits, with no inbox bookkeeping.
+//! - PostgreSQL: `PgTreasuryConsumer::apply_one` against a raw loop that begins a
+//!   transaction on a pool with the same settings, runs the same upserts and commits;
+//!   and a prototype of a leaner inbox path (same checks and writes, 5 round trips
+//!   instead of 8; see `lean_apply`).
+//!
+//! Each twice: durable (`SqliteConfig` defaults: `synchronous=FULL`; the server's
+//! `synchronous_commit=on`), where every commit waits for an fsync, so few messages
+//! (`--durable-messages`, default 1,000: an fsync costs milliseconds on a VM disk);
+//! and, as a diagnostic, without the fsync wait (`synchronous=NORMAL`; the session's
+//! `synchronous_commit=off`) with `--messages` (default 20,000), which shows what the
+//! inbox's statements cost by themselves.
+//!
+//! Each side works in a database (schema) of its own, so each starts empty. Sides
+//! alternate, in rotating order, `--reps` times; the figures are medians.
+//! Goal: inbox ≥ 0.8 × raw.
+//!
+//! Run: `cargo bench -p outbox-bins --features all --bench inbox`, options after `--`:
+//! `--durable-messages 1000 --messages 20000 --accounts 1000 --reps 2
+//! --only sqlite|postgres`. The server comes
+//! from `OUTBOX_BENCH_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`);
+//! the schemas are `outbox_bench_<run>_<side>`, dropped at the end (also on panic). An
+//! unreachable server is skipped with a message.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use outbox_bins::consumer::{PgTreasuryConsumer, TreasuryConsumer, deltas};
+use outbox_core::{Accepted, Account, InboxMessage, MessageKind};
+use outbox_store_postgres::{PgConfig, PgStore};
+use outbox_store_sqlite::{SqliteConfig, connect};
+use rusqlite::TransactionBehavior;
+use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection, PgPool, Row};
+use uuid::Uuid;
+
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+const CONSUMER: &str = "bench";
+const GAP_ALARM: Duration = Duration::from_secs(60);
+const UPSERT_SQLITE: &str =
+    "INSERT INTO treasury_balances (account, asset, balance) VALUES (?1, ?2, ?3)
+     ON CONFLICT (account, asset) DO UPDATE SET balance = balance + excluded.balance";
+const UPSERT_PG: &str = "INSERT INTO treasury_balances (account, asset, balance) VALUES ($1, $2, $3)
+     ON CONFLICT (account, asset) DO UPDATE SET balance = treasury_balances.balance + excluded.balance";
+
+// ---------------------------------------------------------------------------------------
+// Arguments
+
+struct Args(Vec<String>);
+
+impl Args {
+    fn value(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .position(|a| a == name)
+            .and_then(|i| self.0.get(i + 1))
+            .map(String::as_str)
+    }
+
+    fn num(&self, name: &str, default: usize) -> usize {
+        self.value(name)
+            .and_then(|v| v.replace('_', "").parse().ok())
+            .unwrap_or(default)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Messages
+
+/// A ledger transaction as the ledger's webhook carries it (~400 bytes).
+fn payload(account: usize, sequence: u64, tx_id: u64, instruction_id: &str) -> Vec<u8> {
+    let amount = 1_000_000 + (tx_id % 97) * 1_250;
+    format!(
+        concat!(
+            r#"{{"id":{tx},"postings":[{{"source":"merchants:{a}:available","#,
+            r#""destination":"merchants:{a}:payouts:pending","amount":{amount},"asset":"USD/2"}}],"#,
+            r#""metadata":{{"outbox_event_id":"{id}","outbox_account":"merchants:{a}","#,
+            r#""outbox_sequence":"{seq}","event_type":"payout.requested"}},"#,
+            r#""timestamp":"2025-03-14T09:26:53.589793Z","insertedAt":"2025-03-14T09:26:53.612345Z","#,
+            r#""reference":"payout-{id}","reverted":false}}"#
+        ),
+        tx = tx_id,
+        a = account,
+        amount = amount,
+        id = instruction_id,
+        seq = sequence,
+    )
+    .into_bytes()
+}
+
+/// `count` committed messages, account `n % accounts` for message `n`, each account's
+/// sequences 1, 2, … in order.
+fn messages(count: usize, accounts: usize) -> Vec<InboxMessage> {
+    (0..count)
+        .map(|n| {
+            let account = n % accounts;
+            let sequence = (n / accounts) as u64 + 1;
+            let instruction_id = Uuid::now_v7().to_string();
+            InboxMessage {
+                payload: payload(account, sequence, 1_000_000 + n as u64, &instruction_id),
+                instruction_id,
+                account: Account::parse(&format!("merchants:{account}")).unwrap(),
+                sequence,
+                kind: MessageKind::Committed,
+            }
+        })
+        .collect()
+}
+
+fn applied(accepted: &Accepted) {
+    assert_eq!(
+        accepted,
+        &Accepted::Applied {
+            released: Vec::new()
+        }
+    );
+}
+
+fn rate(count: usize, d: Duration) -> f64 {
+    count as f64 / d.as_secs_f64()
+}
+
+fn median(times: &mut [Duration]) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn print_table(count: usize, rows: &[(&str, &mut Vec<Duration>)]) {
+    println!(
+        "  {:<34} {:>10} {:>12} {:>7}",
+        "variant", "msgs/s", "µs/msg", "ratio"
+    );
+    let mut raw = None;
+    for (label, times) in rows {
+        let d = median(times);
+        let r = rate(count, d);
+        let raw = *raw.get_or_insert(r);
+        println!(
+            "  {label:<34} {r:>10.0} {:>12.1} {:>7.2}",
+            d.as_secs_f64() * 1e6 / count as f64,
+            r / raw
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// SQLite
+
+fn sqlite_config(dir: &std::path::Path, side: &str, full: bool) -> SqliteConfig {
+    let mut config = SqliteConfig::new(dir.join(format!("{side}-{}.db", Uuid::now_v7())));
+    config.synchronous_full = full;
+    config
+}
+
+/// The consumer, one `apply_one` (its own transaction) per message.
+fn sqlite_inbox(
+    runtime: &tokio::runtime::Runtime,
+    config: SqliteConfig,
+    all: &[InboxMessage],
+) -> Duration {
+    let consumer = runtime
+        .block_on(TreasuryConsumer::open(config, CONSUMER, GAP_ALARM))
+        .unwrap();
+    let mut conn = consumer.connect().unwrap();
+    let owned = all.to_vec();
+    let start = Instant::now();
+    for message in owned {
+        applied(&consumer.apply_one(&mut conn, message).unwrap());
+    }
+    start.elapsed()
+}
+
+/// The same database (opened by the consumer, so same tables and settings); per
+/// message an `IMMEDIATE` transaction with the same upserts and nothing else.
+fn sqlite_raw(
+    runtime: &tokio::runtime::Runtime,
+    config: SqliteConfig,
+    all: &[InboxMessage],
+) -> Duration {
+    drop(
+        runtime
+            .block_on(TreasuryConsumer::open(config.clone(), CONSUMER, GAP_ALARM))
+            .unwrap(),
+    );
+    let mut conn = connect(&config).unwrap();
+    let start = Instant::now();
+    for message in all {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .unwrap();
+        {
+            let mut upsert = tx.prepare_cached(UPSERT_SQLITE).unwrap();
+            for d in deltas(message).unwrap() {
+                upsert.execute((&d.account, &d.asset, d.amount)).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+    }
+    start.elapsed()
+}
+
+fn sqlite_section(runtime: &tokio::runtime::Runtime, args: &Args, accounts: usize, reps: usize) {
+    let dir = tempfile::TempDir::new().unwrap();
+    println!("SQLite (WAL; files in {}):", dir.path().display());
+    for full in [true, false] {
+        let count = if full {
+            args.num("--durable-messages", 1_000)
+        } else {
+            args.num("--messages", 20_000)
+        };
+        let all = messages(count, accounts);
+        let mut raw = Vec::new();
+        let mut inbox = Vec::new();
+        for rep in 0..reps {
+            for side in [rep % 2, (rep + 1) % 2] {
+                let config =
+                    sqlite_config(dir.path(), if side == 0 { "raw" } else { "inbox" }, full);
+                if side == 0 {
+                    raw.push(sqlite_raw(runtime, config, &all));
+                } else {
+                    inbox.push(sqlite_inbox(runtime, config, &all));
+                }
+            }
+        }
+        println!(
+            " synchronous={} — {count} messages over {accounts} accounts, one transaction each:",
+            if full {
+                "FULL (SqliteConfig default; an fsync per commit)"
+            } else {
+                "NORMAL (diagnostic: no fsync per commit, the statements' own cost)"
+            }
+        );
+        print_table(
+            count,
+            &[
+                ("raw upserts (2 statements)", &mut raw),
+                ("TreasuryConsumer::apply_one (7)", &mut inbox),
+            ],
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// PostgreSQL: schemas this run creates, dropped at the end (also on panic)
+
+struct Schemas {
+    url: String,
+    names: Mutex<Vec<String>>,
+}
+
+impl Schemas {
+    fn add(&self, name: &str) {
+        self.names.lock().unwrap().push(name.to_owned());
+    }
+
+    async fn drop_all(url: &str, names: Vec<String>) {
+        if names.is_empty() {
+            return;
+        }
+        match PgConnection::connect(url).await {
+            Ok(mut conn) => {
+                for name in names {
+                    let sql = format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE");
+                    if let Err(e) = conn.execute(AssertSqlSafe(sql)).await {
+                        eprintln!("cleanup: schema {name} NOT dropped: {e}");
+                    }
+                }
+            }
+            Err(e) => eprintln!("cleanup: cannot connect to drop {names:?}: {e}"),
+        }
+    }
+
+    async fn now(&self) {
+        let names = std::mem::take(&mut *self.names.lock().unwrap());
+        Self::drop_all(&self.url, names).await;
+    }
+}
+
+impl Drop for Schemas {
+    fn drop(&mut self) {
+        let names = std::mem::take(&mut *self.names.lock().unwrap());
+        if names.is_empty() {
+            return;
+        }
+        let url = self.url.clone();
+        // Not on the bench's runtime: a thread with a runtime of its own.
+        let _ = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map(|rt| rt.block_on(Self::drop_all(&url, names)))
+        })
+        .join();
+    }
+}
+
+fn pg_config(url: &str, schema: &str) -> PgConfig {
+    PgConfig::new(url).with_schema(schema)
+}
+
+async fn pg_inbox(url: &str, schema: &str, all: &[InboxMessage]) -> Duration {
+    let consumer = PgTreasuryConsumer::open(pg_config(url, schema), CONSUMER, GAP_ALARM)
+        .await
+        .unwrap();
+    let owned = all.to_vec();
+    let start = Instant::now();
+    for message in owned {
+        applied(&consumer.apply_one(message).await.unwrap());
+    }
+    start.elapsed()
+}
+
+/// A pool with the consumer's settings on a schema the consumer created.
+async fn pg_pool(url: &str, schema: &str) -> PgPool {
+    drop(
+        PgTreasuryConsumer::open(pg_config(url, schema), CONSUMER, GAP_ALARM)
+            .await
+            .unwrap(),
+    );
+    PgStore::open(pg_config(url, schema))
+        .await
+        .unwrap()
+        .pool()
+        .clone()
+}
+
+async fn upserts(conn: &mut PgConnection, message: &InboxMessage) {
+    for d in deltas(message).unwrap() {
+        sqlx::query(UPSERT_PG)
+            .bind(&d.account)
+            .bind(&d.asset)
+            .bind(d.amount)
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+    }
+}
+
+async fn pg_raw(url: &str, schema: &str, all: &[InboxMessage], async_commit: bool) -> Duration {
+    let pool = pg_pool(url, schema).await;
+    let setting: String = sqlx::query_scalar("SELECT current_setting('synchronous_commit')")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        setting == "off",
+        async_commit,
+        "synchronous_commit={setting}"
+    );
+    let start = Instant::now();
+    for message in all {
+        let mut tx = pool.begin().await.unwrap();
+        upserts(&mut tx, message).await;
+        tx.commit().await.unwrap();
+    }
+    start.elapsed()
+}
+
+/// Prototype (not the library's code): the inbox's checks and writes in fewer round
+/// trips. `bench_inbox_begin` = `outbox_inbox_claim` then, unless processed, the
+/// `last_applied` row lock/upsert, in that order, in one call; `mark_applied` and
+/// `take_held(sequence + 1)` in one statement. BEGIN, begin, 2 upserts, mark+take,
+/// COMMIT: 5 round trips instead of 8.
+const LEAN_BEGIN_FN: &str =
+    "CREATE FUNCTION bench_inbox_begin(consumer_name text, instruction text, account_name text,
+        OUT processed boolean, OUT last_applied bigint)
+    LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+    BEGIN
+        processed := outbox_inbox_claim(consumer_name, instruction);
+        IF NOT processed THEN
+            INSERT INTO inbox_accounts AS a (consumer, account, last_applied)
+            VALUES (consumer_name, account_name, 0)
+            ON CONFLICT (consumer, account) DO UPDATE SET last_applied = a.last_applied
+            RETURNING a.last_applied INTO last_applied;
+        END IF;
+    END $$";
+
+const LEAN_MARK_AND_TAKE: &str = "WITH marker AS (
+         INSERT INTO inbox_messages (consumer, instruction_id, account, sequence, kind)
+         VALUES ($1, $2, $3, $4, $5)
+     ), account AS (
+         INSERT INTO inbox_accounts (consumer, account, last_applied) VALUES ($1, $3, $4)
+         ON CONFLICT (consumer, account) DO UPDATE SET last_applied = excluded.last_applied
+     )
+     DELETE FROM inbox_held WHERE consumer = $1 AND account = $3 AND sequence = $4 + 1
+     RETURNING instruction_id, kind, payload";
+
+async fn lean_apply(pool: &PgPool, message: &InboxMessage) -> Accepted {
+    let mut tx = pool.begin().await.unwrap();
+    let row = sqlx::query("SELECT processed, last_applied FROM bench_inbox_begin($1, $2, $3)")
+        .bind(CONSUMER)
+        .bind(&message.instruction_id)
+        .bind(message.account.as_str())
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    if row.get::<bool, _>("processed") {
+        tx.commit().await.unwrap();
+        return Accepted::Duplicate;
+    }
+    let last: i64 = row.get("last_applied");
+    // The bench's messages always come next; stale and held paths stay as they are.
+    assert_eq!(
+        message.sequence,
+        last as u64 + 1,
+        "prototype covers apply-next only"
+    );
+    upserts(&mut tx, message).await;
+    let held = sqlx::query(LEAN_MARK_AND_TAKE)
+        .bind(CONSUMER)
+        .bind(&message.instruction_id)
+        .bind(message.account.as_str())
+        .bind(message.sequence as i64)
+        .bind(message.kind.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .unwrap();
+    assert!(held.is_none(), "prototype covers no release");
+    tx.commit().await.unwrap();
+    Accepted::Applied {
+        released: Vec::new(),
+    }
+}
+
+async fn pg_lean(url: &str, schema: &str, all: &[InboxMessage]) -> Duration {
+    let pool = pg_pool(url, schema).await;
+    pool.execute(LEAN_BEGIN_FN).await.unwrap();
+    let start = Instant::now();
+    for message in all {
+        applied(&lean_apply(&pool, message).await);
+    }
+    start.elapsed()
+}
+
+/// The server's durability settings, for the header line.
+async fn pg_settings(url: &str) -> sqlx::Result<String> {
+    let mut conn = PgConnection::connect(url).await?;
+    let row = sqlx::query(
+        "SELECT current_setting('server_version'), current_setting('synchronous_commit'),
+                current_setting('fsync'), current_setting('wal_sync_method')",
+    )
+    .fetch_one(&mut conn)
+    .await?;
+    Ok(format!(
+        "PostgreSQL {}, synchronous_commit={}, fsync={}, wal_sync_method={}",
+        row.get::<String, _>(0),
+        row.get::<String, _>(1),
+        row.get::<String, _>(2),
+        row.get::<String, _>(3)
+    ))
+}
+
+/// `url` with `synchronous_commit=off` for every session when `async_commit`.
+fn pg_url(url: &str, async_commit: bool) -> String {
+    if !async_commit {
+        return url.to_owned();
+    }
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-c%20synchronous_commit%3Doff")
+}
+
+async fn pg_section(args: &Args, accounts: usize, reps: usize) {
+    let url = std::env::var("OUTBOX_BENCH_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
+    let settings = match tokio::time::timeout(Duration::from_secs(5), pg_settings(&url)).await {
+        Ok(Ok(settings)) => settings,
+        Ok(Err(e)) => return println!("PostgreSQL SKIPPED: cannot reach {url}: {e}"),
+        Err(_) => return println!("PostgreSQL SKIPPED: connecting to {url} timed out"),
+    };
+    println!("{settings}:");
+    let schemas = Schemas {
+        url: url.clone(),
+        names: Mutex::new(Vec::new()),
+    };
+    let run = Uuid::now_v7().simple().to_string();
+    for async_commit in [false, true] {
+        let count = if async_commit {
+            args.num("--messages", 20_000)
+        } else {
+            args.num("--durable-messages", 1_000)
+        };
+        let all = messages(count, accounts);
+        let side_url = pg_url(&url, async_commit);
+        let mut times: [Vec<Duration>; 3] = Default::default();
+        for rep in 0..reps {
+            for i in 0..3 {
+                let side = (i + rep) % 3;
+                let schema = format!("outbox_bench_{run}_{}{rep}{side}", u8::from(async_commit));
+                schemas.add(&schema);
+                let elapsed = match side {
+                    0 => pg_raw(&side_url, &schema, &all, async_commit).await,
+                    1 => pg_inbox(&side_url, &schema, &all).await,
+                    _ => pg_lean(&side_url, &schema, &all).await,
+                };
+                times[side].push(elapsed);
+            }
+        }
+        schemas.now().await;
+        println!(
+            " synchronous_commit={} — {count} messages over {accounts} accounts, one transaction each:",
+            if async_commit {
+                "off (diagnostic, per session: no WAL flush wait per commit, the round trips' own cost)"
+            } else {
+                "on (server default; a WAL flush per commit)"
+            }
+        );
+        let [raw, inbox, lean] = &mut times;
+        print_table(
+            count,
+            &[
+                ("raw upserts (4 round trips)", raw),
+                ("PgTreasuryConsumer::apply_one (8)", inbox),
+                ("prototype: lean inbox path (5)", lean),
+            ],
+        );
+    }
+}
+
+fn main() {
+    let args = Args(std::env::args().collect());
+    let accounts = args.num("--accounts", 1_000).max(1);
+    let reps = args.num("--reps", 2).max(1);
+    let only = args.value("--only").unwrap_or("").to_owned();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    println!(
+        "Inbox apply vs raw impact upserts (medians of {reps} alternating runs; ratio to raw)"
+    );
+    if only.is_empty() || only == "sqlite" {
+        sqlite_section(&runtime, &args, accounts, reps);
+    }
+    if only.is_empty() || only == "postgres" {
+        runtime.block_on(pg_section(&args, accounts, reps));
+    }
+    println!("goal: inbox / raw ≥ 0.80");
+}
