@@ -39,5 +39,10 @@ step "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
 step "cargo test (workspace, all features)"
-cargo test --workspace --all-features 2>&1 | tee "${TMPDIR:-/tmp}/outbox-test.log"
+# --no-fail-fast: one failing test binary does not hide the others' results.
+set +e
+cargo test --workspace --all-features --no-fail-fast 2>&1 | tee "${TMPDIR:-/tmp}/outbox-test.log"
+status=${PIPESTATUS[0]}
+set -e
 grep -E '^test result:' "${TMPDIR:-/tmp}/outbox-test.log" | awk '{p+=$4; f+=$6} END {printf "\nworkspace: %d passed, %d failed\n", p, f}'
+exit "$status"

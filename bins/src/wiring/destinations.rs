@@ -91,19 +91,19 @@ pub async fn publisher(url: &str, publish_secret: Option<&str>) -> Result<Arc<dy
             #[cfg(feature = "kafka")]
             return kafka::publisher(&t).await;
             #[cfg(not(feature = "kafka"))]
-            return Err(not_compiled("kafka", "kafka").with("field", "to"));
+            return Err(not_compiled("to", "kafka", "kafka"));
         }
         "amqp" | "amqps" => {
             #[cfg(feature = "amqp")]
             return amqp::publisher(&t);
             #[cfg(not(feature = "amqp"))]
-            return Err(not_compiled("amqp", "amqp").with("field", "to"));
+            return Err(not_compiled("to", "amqp", "amqp"));
         }
         "http" | "https" => {
             #[cfg(feature = "http")]
             return http::publisher(url, publish_secret);
             #[cfg(not(feature = "http"))]
-            return Err(not_compiled("http", "http").with("field", "to"));
+            return Err(not_compiled("to", "http", "http"));
         }
         other => Err(Error::invalid(
             "to",
@@ -121,19 +121,19 @@ pub async fn subscriber(url: &str, name: &str, secret: Option<&str>) -> Result<N
             #[cfg(feature = "kafka")]
             return kafka::subscriber(&t, name);
             #[cfg(not(feature = "kafka"))]
-            return Err(not_compiled("kafka", "kafka").with("field", "from"));
+            return Err(not_compiled("from", "kafka", "kafka"));
         }
         "amqp" | "amqps" => {
             #[cfg(feature = "amqp")]
             return amqp::subscriber(&t);
             #[cfg(not(feature = "amqp"))]
-            return Err(not_compiled("amqp", "amqp").with("field", "from"));
+            return Err(not_compiled("from", "amqp", "amqp"));
         }
         "http" => {
             #[cfg(feature = "http")]
             return http::subscriber(&t, secret).await;
             #[cfg(not(feature = "http"))]
-            return Err(not_compiled("http", "http").with("field", "from"));
+            return Err(not_compiled("from", "http", "http"));
         }
         other => Err(Error::invalid(
             "from",

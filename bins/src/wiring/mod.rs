@@ -25,12 +25,12 @@ pub enum Database {
 }
 
 #[allow(dead_code)] // used only for the schemes whose feature is off
-pub(crate) fn not_compiled(scheme: &str, feature: &str) -> Error {
+pub(crate) fn not_compiled(field: &str, scheme: &str, feature: &str) -> Error {
     Error::new(
         ErrorKind::Config,
-        format!("{scheme}:// databases need the `{feature}` feature: rebuild with `cargo build -p outbox-bins --features {feature}`"),
+        format!("{scheme}:// needs the `{feature}` feature: rebuild with `cargo build -p outbox-bins --features {feature}`"),
     )
-    .with("field", "database")
+    .with("field", field)
 }
 
 pub fn database(url: &str) -> Result<Database> {
@@ -40,13 +40,13 @@ pub fn database(url: &str) -> Result<Database> {
             #[cfg(feature = "sqlite")]
             return outbox_store_sqlite::SqliteConfig::from_url(url).map(Database::Sqlite);
             #[cfg(not(feature = "sqlite"))]
-            return Err(not_compiled("sqlite", "sqlite"));
+            return Err(not_compiled("database", "sqlite", "sqlite"));
         }
         "postgres" | "postgresql" => {
             #[cfg(feature = "postgres")]
             return postgres_config(url).map(Database::Postgres);
             #[cfg(not(feature = "postgres"))]
-            return Err(not_compiled("postgres", "postgres"));
+            return Err(not_compiled("database", "postgres", "postgres"));
         }
         _ => Err(Error::invalid(
             "database",
