@@ -2,13 +2,13 @@
 //! refusals, which are idempotency mismatches, which may pass on a retry. No I/O here;
 //! the client adds context (event id, endpoint) to what this returns.
 
-use std::time::Duration;
-
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::{DateTime, Utc};
 use outbox_core::{Error, ErrorKind};
 use reqwest::StatusCode;
-use reqwest::header::{HeaderMap, RETRY_AFTER};
+use reqwest::header::HeaderMap;
 use serde::Deserialize;
+
+use crate::http_answer::{self, Answerer, is_transient_status, retry_after};
 
 /// Refusals that no retry can change: the ledger understood the request and said no.
 /// `INTERPRETER_*` are the experimental interpreter's counterparts of `COMPILATION_FAILED`.
@@ -26,6 +26,14 @@ const BUSINESS_CODES: [&str; 7] = [
 /// 400 `VALIDATION`; only the message tells it apart from a malformed request
 /// (`invalid idempotency hash when using idempotency key '…'`, FORMANCE.md §2).
 const MISMATCH_MARKER: &str = "invalid idempotency hash";
+
+/// The ledger as error messages name it, for an answer without a Formance error
+/// envelope (a proxy's HTML page, an empty 503).
+const LEDGER: Answerer = Answerer {
+    name: "the ledger",
+    blank_body: " with no error body",
+    snippet_limit: 200,
+};
 
 /// Formance's error envelope (`V2ErrorResponse`).
 #[derive(Debug, Default, Deserialize)]
@@ -74,7 +82,7 @@ pub(crate) fn classify_answer(
     let envelope: Option<ErrorBody> = serde_json::from_slice(body).ok();
     let (code, message) = match envelope {
         Some(ErrorBody { code, message }) if !code.is_empty() => (code, message),
-        _ => (String::new(), describe_body(status, body)),
+        _ => (String::new(), LEDGER.describe_body(status, body)),
     };
     if matches!(status, StatusCode::BAD_REQUEST | StatusCode::CONFLICT)
         && let Some(refusal) = classify_code(&code, &message)
@@ -134,35 +142,13 @@ fn classify_code(code: &str, message: &str) -> Option<Refusal> {
     })
 }
 
-/// 408, 429 and 5xx may pass; every other status will answer the same again.
-pub(crate) fn is_transient_status(status: StatusCode) -> bool {
-    status.is_server_error()
-        || status == StatusCode::REQUEST_TIMEOUT
-        || status == StatusCode::TOO_MANY_REQUESTS
-}
-
 /// A request that got no answer. Connect errors, timeouts and broken connections are
 /// transient: every write carries an idempotency key, so a retry cannot post twice.
 pub(crate) fn classify_transport(err: reqwest::Error) -> Error {
-    // The URL adds nothing the endpoint context does not already say.
-    let err = err.without_url();
-    let detail = error_chain(&err);
-    if err.is_builder() {
-        return Error::new(
-            ErrorKind::Config,
-            format!("cannot build the request: {detail}"),
-        );
-    }
-    let message = if err.is_timeout() {
-        format!(
-            "no answer in time (the ledger may have committed; a retry with the same key replays): {detail}"
-        )
-    } else if err.is_connect() {
-        format!("cannot connect: {detail}")
-    } else {
-        format!("the exchange broke off: {detail}")
-    };
-    Error::new(ErrorKind::Transport, message).transient(None)
+    http_answer::classify_transport(
+        err,
+        "the ledger may have committed; a retry with the same key replays",
+    )
 }
 
 /// Classifies a non-2xx answer from the OAuth2 token endpoint (RFC 6749 §5.2).
@@ -204,68 +190,13 @@ pub(crate) fn classify_token_answer(
     error
 }
 
-/// The delay asked for by `Retry-After`: delay-seconds or an HTTP-date (RFC 9110 §10.2.3).
-pub(crate) fn retry_after(headers: &HeaderMap, now: DateTime<Utc>) -> Option<Duration> {
-    parse_retry_after(headers.get(RETRY_AFTER)?.to_str().ok()?, now)
-}
-
-fn parse_retry_after(value: &str, now: DateTime<Utc>) -> Option<Duration> {
-    let value = value.trim();
-    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
-        return value.parse().ok().map(Duration::from_secs);
-    }
-    let at = DateTime::parse_from_rfc2822(value)
-        .map(|at| at.with_timezone(&Utc))
-        .or_else(|_| {
-            // The two obsolete forms a recipient must still accept: RFC 850 and asctime.
-            NaiveDateTime::parse_from_str(value, "%A, %d-%b-%y %H:%M:%S GMT")
-                .or_else(|_| NaiveDateTime::parse_from_str(value, "%a %b %e %H:%M:%S %Y"))
-                .map(|naive| naive.and_utc())
-        })
-        .ok()?;
-    // A date already past means "now", not "never".
-    Some((at - now).to_std().unwrap_or(Duration::ZERO))
-}
-
-/// A short description of an answer without a Formance error envelope (a proxy's
-/// HTML page, an empty 503).
-fn describe_body(status: StatusCode, body: &[u8]) -> String {
-    const LIMIT: usize = 200;
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    if text.is_empty() {
-        return format!("the ledger answered {status} with no error body");
-    }
-    let snippet: String = text.chars().take(LIMIT).collect();
-    let ellipsis = if text.chars().count() > LIMIT {
-        "…"
-    } else {
-        ""
-    };
-    format!("the ledger answered {status}: {snippet}{ellipsis}")
-}
-
-/// `err: cause: cause`, since reqwest's own message ("error sending request") hides
-/// the useful part ("connection refused") in its sources.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use chrono::TimeZone;
     use outbox_core::Retry;
-    use reqwest::header::HeaderValue;
+    use reqwest::header::{HeaderValue, RETRY_AFTER};
 
     use super::*;
 
@@ -384,31 +315,6 @@ mod tests {
         ));
         assert_eq!(plain.retry(), Retry::Transient { after: None });
         assert_eq!(plain.context("error_code"), Some("INTERNAL"));
-    }
-
-    #[test]
-    fn retry_after_accepts_seconds_and_every_http_date_form() {
-        assert_eq!(
-            parse_retry_after(" 120 ", now()),
-            Some(Duration::from_secs(120))
-        );
-        let in_90s = Some(Duration::from_secs(90));
-        assert_eq!(
-            parse_retry_after("Wed, 07 Oct 2026 12:01:30 GMT", now()),
-            in_90s
-        );
-        assert_eq!(
-            parse_retry_after("Wednesday, 07-Oct-26 12:01:30 GMT", now()),
-            in_90s
-        );
-        assert_eq!(parse_retry_after("Wed Oct  7 12:01:30 2026", now()), in_90s);
-        assert_eq!(
-            parse_retry_after("Wed, 07 Oct 2026 11:00:00 GMT", now()),
-            Some(Duration::ZERO)
-        );
-        assert_eq!(parse_retry_after("soon", now()), None);
-        assert_eq!(parse_retry_after("-5", now()), None);
-        assert_eq!(parse_retry_after("", now()), None);
     }
 
     #[test]

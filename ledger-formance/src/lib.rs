@@ -5,6 +5,7 @@ mod bulk;
 mod client;
 mod config;
 mod error;
+pub mod http_answer;
 mod webhook;
 mod wire;
 

@@ -11,26 +11,28 @@
 //!
 //! This is the Formance webhooks service's own retry policy (FORMANCE.md §7), so a
 //! consumer behind our publisher sees the same behaviour as one behind Formance.
-
-use std::time::Duration;
+//! `Retry-After`, the body snippet and the cause chain are read as the Formance
+//! client reads them (`outbox_ledger_formance::http_answer`).
 
 use axum::Json;
-use axum::http::header::RETRY_AFTER;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::{DateTime, Utc};
 use outbox_core::{Error, ErrorKind, Result};
+use outbox_ledger_formance::http_answer::{self, Answerer, retry_after};
 
-/// Longest part of an error answer's body kept in the error message.
-const BODY_SNIPPET: usize = 200;
+/// How error messages name the endpoint, and how much of an error answer's body
+/// they keep.
+const ENDPOINT: Answerer = Answerer {
+    name: "the endpoint",
+    blank_body: "",
+    snippet_limit: 200,
+};
 
 /// 408, 429, 5xx and 3xx may pass on a later attempt; every other non-2xx answers
 /// the same again.
 pub(crate) fn is_transient_status(status: StatusCode) -> bool {
-    status.is_server_error()
-        || status.is_redirection()
-        || status == StatusCode::REQUEST_TIMEOUT
-        || status == StatusCode::TOO_MANY_REQUESTS
+    http_answer::is_transient_status(status) || status.is_redirection()
 }
 
 /// Classifies an endpoint's answer to one POST.
@@ -47,7 +49,7 @@ pub(crate) fn classify_answer(
     if status.is_success() {
         return Ok(());
     }
-    let error = Error::new(ErrorKind::Transport, describe_body(status, body))
+    let error = Error::new(ErrorKind::Transport, ENDPOINT.describe_body(status, body))
         .with("status", status.as_u16());
     if is_transient_status(status) {
         return Err(error.transient(retry_after(headers, now)));
@@ -59,77 +61,7 @@ pub(crate) fn classify_answer(
 /// transient: the message carries a stable `formance-webhook-id`, so the consumer
 /// dedupes a retry of one that did arrive.
 pub(crate) fn classify_transport(err: reqwest::Error) -> Error {
-    // The URL could carry credentials; the endpoint context names it without them.
-    let err = err.without_url();
-    let detail = error_chain(&err);
-    if err.is_builder() {
-        return Error::new(
-            ErrorKind::Config,
-            format!("cannot build the request: {detail}"),
-        );
-    }
-    let message = if err.is_timeout() {
-        format!("no answer in time (the endpoint may have applied it): {detail}")
-    } else if err.is_connect() {
-        format!("cannot connect: {detail}")
-    } else {
-        format!("the exchange broke off: {detail}")
-    };
-    Error::new(ErrorKind::Transport, message).transient(None)
-}
-
-/// The delay asked for by `Retry-After`: delay-seconds or an HTTP-date (RFC 9110 §10.2.3).
-pub(crate) fn retry_after(headers: &HeaderMap, now: DateTime<Utc>) -> Option<Duration> {
-    parse_retry_after(headers.get(RETRY_AFTER)?.to_str().ok()?, now)
-}
-
-fn parse_retry_after(value: &str, now: DateTime<Utc>) -> Option<Duration> {
-    let value = value.trim();
-    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
-        return value.parse().ok().map(Duration::from_secs);
-    }
-    let at = DateTime::parse_from_rfc2822(value)
-        .map(|at| at.with_timezone(&Utc))
-        .or_else(|_| {
-            // The two obsolete forms a recipient must still accept: RFC 850 and asctime.
-            NaiveDateTime::parse_from_str(value, "%A, %d-%b-%y %H:%M:%S GMT")
-                .or_else(|_| NaiveDateTime::parse_from_str(value, "%a %b %e %H:%M:%S %Y"))
-                .map(|naive| naive.and_utc())
-        })
-        .ok()?;
-    // A date already past means "now", not "never".
-    Some((at - now).to_std().unwrap_or(Duration::ZERO))
-}
-
-fn describe_body(status: StatusCode, body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    if text.is_empty() {
-        return format!("the endpoint answered {status}");
-    }
-    let snippet: String = text.chars().take(BODY_SNIPPET).collect();
-    let ellipsis = if text.chars().count() > BODY_SNIPPET {
-        "…"
-    } else {
-        ""
-    };
-    format!("the endpoint answered {status}: {snippet}{ellipsis}")
-}
-
-/// `err: cause: cause`, since reqwest's own message ("error sending request") hides
-/// the useful part ("connection refused") in its sources.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
+    http_answer::classify_transport(err, "the endpoint may have applied it")
 }
 
 /// Our servers' answer when the sink did not take a delivery: 503 for a transient
@@ -156,7 +88,10 @@ pub(crate) fn refuse(status: StatusCode, error: &Error) -> Response {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use axum::http::HeaderValue;
+    use axum::http::header::RETRY_AFTER;
     use chrono::TimeZone;
     use outbox_core::Retry;
 
@@ -198,36 +133,15 @@ mod tests {
         }
     }
 
+    /// The delay itself is read by `http_answer::retry_after` (tested there); here
+    /// only that it reaches the error.
     #[test]
-    fn retry_after_in_seconds_or_as_a_date() {
+    fn retry_after_reaches_the_error() {
         assert_eq!(
             answer(429, Some("2")).unwrap_err().retry(),
             Retry::Transient {
                 after: Some(Duration::from_secs(2))
             }
         );
-        assert_eq!(
-            parse_retry_after("Wed, 07 Oct 2026 12:01:30 GMT", now()),
-            Some(Duration::from_secs(90))
-        );
-        assert_eq!(
-            parse_retry_after("Wed, 07 Oct 2026 11:00:00 GMT", now()),
-            Some(Duration::ZERO)
-        );
-        assert_eq!(parse_retry_after("soon", now()), None);
-    }
-
-    #[test]
-    fn a_long_error_body_is_cut() {
-        let body = "x".repeat(1000);
-        let err = classify_answer(
-            StatusCode::BAD_REQUEST,
-            &HeaderMap::new(),
-            body.as_bytes(),
-            now(),
-        )
-        .unwrap_err();
-        assert!(err.message().len() < 300, "{}", err.message());
-        assert!(err.message().ends_with('…'));
     }
 }

@@ -395,11 +395,9 @@ async fn undecodable_headers_end_run_without_commit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_restart_reports_unconfirmed_messages_and_recovers() {
     logs();
-    let Some(binary) = OwnBroker::binary() else {
+    let Some(mut broker) = own_broker().await else {
         return;
     };
-    let port = OwnBroker::free_port();
-    let mut broker = OwnBroker::start(&binary, port).await;
     let brokers = broker.brokers();
     let topic = unique("restart");
     ensure_topic(&brokers, &topic, 2).await;
@@ -446,7 +444,7 @@ async fn broker_restart_reports_unconfirmed_messages_and_recovers() {
     }
 
     // Same port, empty memory storage: the topic has to be created again.
-    let broker = OwnBroker::start(&binary, port).await;
+    broker.restart().await;
     ensure_topic(&brokers, &topic, 2).await;
     let mut confirmed = false;
     for _ in 0..10 {
@@ -488,7 +486,7 @@ async fn broker_restart_reports_unconfirmed_messages_and_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_broker_is_transient_transport() {
     // Nothing listens on a freshly released loopback port.
-    let brokers = format!("127.0.0.1:{}", OwnBroker::free_port());
+    let brokers = format!("127.0.0.1:{}", free_port());
     let publisher = KafkaPublisher::new(
         PublisherConfig::new(&brokers, "nowhere").with_message_timeout(Duration::from_millis(1500)),
     )

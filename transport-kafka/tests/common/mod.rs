@@ -1,14 +1,14 @@
 //! Shared helpers of the Kafka tests: broker discovery, fresh names, a recording
-//! sink, bounded waits and a Tansu broker of our own.
+//! sink, bounded waits and a Tansu broker of our own (`outbox_testkit::tansu`).
 #![allow(dead_code)]
 
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::path::PathBuf;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use outbox_core::{Account, Error, ErrorKind, FanoutMessage, MessageKind, MessageSink, Result};
+pub use outbox_testkit::tansu::{OwnBroker, free_port};
 use outbox_transport_kafka::{SubscriberConfig, create_topic};
 
 pub const STEP: Duration = Duration::from_millis(50);
@@ -173,84 +173,19 @@ pub fn place(delivery_id: &str) -> (String, i32, i64) {
     (topic, partition, offset)
 }
 
-/// A Tansu broker of this test's own on a free loopback port, killed by its PID.
-pub struct OwnBroker {
-    pub port: u16,
-    child: Option<std::process::Child>,
-}
-
-impl OwnBroker {
-    /// The Tansu binary (`$OUTBOX_TANSU_ROOT/bin/tansu`), or `None` (skip) when it is
-    /// not installed and `OUTBOX_TEST_REQUIRE` is not set.
-    pub fn binary() -> Option<PathBuf> {
-        let root = std::env::var("OUTBOX_TANSU_ROOT")
-            .unwrap_or_else(|_| "/var/cache/ledger-outbox/tansu".to_owned());
-        let binary = PathBuf::from(root).join("bin/tansu");
-        if binary.is_file() {
-            return Some(binary);
+/// A Tansu broker of this test's own on a free loopback port (killed by its PID), or
+/// `None` after printing why the test is skipped. With `OUTBOX_TEST_REQUIRE=1` a
+/// missing Tansu binary fails the test instead.
+pub async fn own_broker() -> Option<OwnBroker> {
+    match OwnBroker::start().await {
+        Ok(broker) => Some(broker),
+        Err(why) if std::env::var("OUTBOX_TEST_REQUIRE").as_deref() == Ok("1") => {
+            panic!("{why} and OUTBOX_TEST_REQUIRE=1")
         }
-        if std::env::var("OUTBOX_TEST_REQUIRE").as_deref() == Ok("1") {
-            panic!("no tansu at {} and OUTBOX_TEST_REQUIRE=1", binary.display());
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            None
         }
-        eprintln!(
-            "skipped: no tansu binary at {} (scripts/tansu.sh install)",
-            binary.display()
-        );
-        None
-    }
-
-    pub fn free_port() -> u16 {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-        listener.local_addr().unwrap().port()
-    }
-
-    /// Starts tansu on `port` and waits until it accepts connections.
-    pub async fn start(binary: &PathBuf, port: u16) -> Self {
-        let url = format!("tcp://127.0.0.1:{port}");
-        let child = std::process::Command::new(binary)
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-                "--storage-engine",
-                "memory://tansu/",
-            ])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn tansu");
-        let broker = Self {
-            port,
-            child: Some(child),
-        };
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let up = wait_until(Duration::from_secs(30), || {
-            TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
-        })
-        .await;
-        assert!(up, "tansu on port {port} did not come up within 30 s");
-        broker
-    }
-
-    pub fn brokers(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// Kills this broker (only the process this helper started).
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for OwnBroker {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
