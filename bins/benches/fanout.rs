@@ -16,14 +16,17 @@
 //!
 //! Every variant gets its own topic or exchange, and every producer sends one warm-up
 //! message before the clock starts (connection, metadata, producer id, topology
-//! declaration are not measured). Diagnostics beside the ratio: the raw producer with a
-//! barrier every 1,000 messages (what the loop's per-round wait costs by itself), the
-//! loop with larger batches, and where the loop's time goes (store reads, publish
-//! calls, cursor saves, the rest). Goal: loop ≥ 0.8 × raw.
+//! declaration are not measured). For each batch size (default 1,000, the
+//! `FanoutConfig` default, and 5,000) the loop runs beside the raw producer with a
+//! barrier every that many messages (what a per-round wait costs by itself); then where
+//! the loop's time goes (store reads, publish calls, cursor saves, the rest), measured
+//! by wrapping the store and the publisher. Goal: loop (default batch) ≥ 0.8 × raw
+//! with everything in flight.
 //!
 //! Run: `cargo bench -p outbox-bins --features all --bench fanout`, options after `--`:
 //! `--messages 20000 --accounts 1000 --partitions 8 --queues 8 --batches 1000,5000
-//! --reps 2 --only kafka|amqp`. Brokers: `OUTBOX_KAFKA_BROKERS` (default
+//! --reps 5 --only kafka|amqp --linger MS` (`linger.ms` of every Kafka producer, raw
+//! and publisher alike). Brokers: `OUTBOX_KAFKA_BROKERS` (default
 //! `127.0.0.1:9092`), `OUTBOX_AMQP_URL` (default `amqp://guest:guest@127.0.0.1:5672/%2f`).
 //! An unreachable broker is skipped with a message. Topics, queues and exchanges
 //! created here are deleted at the end.
@@ -58,8 +61,22 @@ use uuid::Uuid;
 const DEFAULT_BROKERS: &str = "127.0.0.1:9092";
 const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 const CLIENT_ID: &str = "ledger-outbox-bench";
-/// The raw producers' diagnostic barrier: the loop's default batch size.
-const RAW_ROUND: usize = 1000;
+
+/// `--linger MS`: `linger.ms` for every Kafka producer here (raw and publisher alike);
+/// librdkafka's default (5 ms) when absent.
+static LINGER_MS: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// The publisher's configuration for `topic`, with `--linger` applied.
+fn kafka_config(topic: &str) -> PublisherConfig {
+    let mut config = PublisherConfig::new(brokers(), topic);
+    config.client_id = CLIENT_ID.to_owned();
+    if let Some(Some(linger)) = LINGER_MS.get() {
+        config
+            .librdkafka
+            .insert("linger.ms".to_owned(), linger.clone());
+    }
+    config
+}
 
 // ---------------------------------------------------------------------------------------
 // Arguments
@@ -339,15 +356,15 @@ fn rate(count: usize, d: Duration) -> f64 {
     count as f64 / d.as_secs_f64()
 }
 
-/// Runs `variants` in `reps` rounds, rotating the order each round so drift hits all
-/// alike; returns each variant's durations.
+/// The order of the variants in repetition `rep`: rotated, so drift hits all alike.
 fn rotated(variants: usize, rep: usize) -> impl Iterator<Item = usize> {
     (0..variants).map(move |i| (i + rep) % variants)
 }
 
-fn median(times: &mut [Duration]) -> Duration {
-    times.sort();
-    times[times.len() / 2]
+fn median(times: &[Duration]) -> Duration {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    sorted[sorted.len() / 2]
 }
 
 // ---------------------------------------------------------------------------------------
@@ -359,7 +376,11 @@ fn brokers() -> String {
 
 /// The publisher's librdkafka settings (`PublisherConfig::client_config`).
 fn raw_producer(config: &PublisherConfig) -> FutureProducer {
-    ClientConfig::new()
+    let mut client = ClientConfig::new();
+    for (key, value) in &config.librdkafka {
+        client.set(key, value);
+    }
+    client
         .set("bootstrap.servers", &config.brokers)
         .set("client.id", &config.client_id)
         .set("message.timeout.ms", config.message_timeout_ms.to_string())
@@ -393,9 +414,7 @@ async fn kafka_await(pending: Vec<DeliveryFuture>) {
 
 /// Sends everything, awaiting the deliveries every `round` messages.
 async fn kafka_raw(topic: &str, messages: &[FanoutMessage], round: usize) -> Duration {
-    let mut config = PublisherConfig::new(brokers(), topic);
-    config.client_id = CLIENT_ID.to_owned();
-    let producer = raw_producer(&config);
+    let producer = raw_producer(&kafka_config(topic));
     kafka_await(vec![kafka_send(&producer, topic, &warmup_message())]).await;
     let start = Instant::now();
     for chunk in messages.chunks(round) {
@@ -416,9 +435,7 @@ async fn kafka_loop(
     batch_size: usize,
     expected: usize,
 ) -> LoopRun {
-    let mut config = PublisherConfig::new(brokers(), topic);
-    config.client_id = CLIENT_ID.to_owned();
-    let publisher: Arc<dyn Publisher> = Arc::new(KafkaPublisher::new(config).unwrap());
+    let publisher: Arc<dyn Publisher> = Arc::new(KafkaPublisher::new(kafka_config(topic)).unwrap());
     let warm = publisher.publish(&[warmup_message()]).await;
     assert!(warm.iter().all(Result::is_ok), "{warm:?}");
     let run = loop_drain(store, publisher.clone(), batch_size, expected).await;
@@ -626,28 +643,53 @@ async fn amqp_delete(topologies: &[Topology]) {
 // ---------------------------------------------------------------------------------------
 // Sections
 
-/// What one section measures: the variants' labels, in print order.
-fn labels(batches: &[usize]) -> Vec<String> {
-    let mut labels = vec![
-        "raw (all in flight)".to_owned(),
-        format!("raw, barrier/{RAW_ROUND}"),
-    ];
-    labels.extend(batches.iter().map(|b| format!("loop, batch {b}")));
-    labels
+/// What a variant runs: a raw producer awaiting every `n` messages, or the loop.
+#[derive(Clone, Copy)]
+enum Variant {
+    Raw(usize),
+    Loop(usize),
 }
 
-fn report(count: usize, labels: &[String], times: &mut [Vec<Duration>], runs: &[Vec<LoopRun>]) {
-    let raw = rate(count, median(&mut times[0]));
-    println!(
-        "  {:<22} {:>10} {:>10}   {}",
-        "variant", "msgs/s", "ratio", "(median of reps; ratio to raw all in flight)"
-    );
-    for (i, label) in labels.iter().enumerate() {
-        let r = rate(count, median(&mut times[i]));
-        println!("  {label:<22} {r:>10.0} {:>10.2}", r / raw);
+/// Raw with everything in flight first (the baseline), then for each batch size the
+/// raw producer with a barrier every that many messages and the loop with it.
+fn variants(count: usize, batches: &[usize]) -> Vec<(String, Variant)> {
+    let mut variants = vec![("raw, all in flight".to_owned(), Variant::Raw(count.max(1)))];
+    for &batch in batches {
+        variants.push((
+            format!("raw, barrier every {batch}"),
+            Variant::Raw(batch.max(1)),
+        ));
+        variants.push((
+            format!("loop, batch_size {batch}"),
+            Variant::Loop(batch.max(1)),
+        ));
     }
-    for (label, runs) in labels.iter().skip(2).zip(runs) {
-        for run in runs {
+    variants
+}
+
+fn report(
+    count: usize,
+    variants: &[(String, Variant)],
+    times: &[Vec<Duration>],
+    runs: &[Vec<LoopRun>],
+) {
+    let raw = rate(count, median(&times[0]));
+    println!(
+        "  {:<26} {:>9} {:>7}   (median of {} reps; ratio to raw all in flight)",
+        "variant",
+        "msgs/s",
+        "ratio",
+        times[0].len()
+    );
+    for (i, (label, _)) in variants.iter().enumerate() {
+        let r = rate(count, median(&times[i]));
+        println!("  {label:<26} {r:>9.0} {:>7.2}", r / raw);
+    }
+    println!("  where the loop's time goes (median run by elapsed):");
+    for (i, (label, _)) in variants.iter().enumerate() {
+        let mut sorted: Vec<&LoopRun> = runs[i].iter().collect();
+        sorted.sort_by_key(|r| r.elapsed);
+        if let Some(run) = sorted.get(sorted.len() / 2) {
             println!(
                 "    {label}: {:.0} ms = {}",
                 ms(run.elapsed),
@@ -660,9 +702,13 @@ fn report(count: usize, labels: &[String], times: &mut [Vec<Duration>], runs: &[
 async fn kafka_section(args: &Args, all: &[FanoutMessage], dir: &std::path::Path, run: &str) {
     let partitions = args.num("--partitions", 8) as i32;
     let batches = args.list("--batches", &[1000, 5000]);
-    let reps = args.num("--reps", 2).max(1);
+    let reps = args.num("--reps", 5).max(1);
+    let linger = match LINGER_MS.get() {
+        Some(Some(ms)) => format!("linger.ms={ms}"),
+        _ => "linger.ms default (5)".to_owned(),
+    };
     println!(
-        "Kafka at {} ({partitions} partitions, enable.idempotence=true, acks=all):",
+        "Kafka at {} ({partitions} partitions, enable.idempotence=true, acks=all, {linger}):",
         brokers()
     );
     if let Err(e) = kafka_topic(&format!("outbox-bench-{run}-probe"), 1).await {
@@ -670,36 +716,35 @@ async fn kafka_section(args: &Args, all: &[FanoutMessage], dir: &std::path::Path
         return;
     }
     let mut topics = vec![format!("outbox-bench-{run}-probe")];
-    let labels = labels(&batches);
-    let mut times: Vec<Vec<Duration>> = labels.iter().map(|_| Vec::new()).collect();
-    let mut runs: Vec<Vec<LoopRun>> = batches.iter().map(|_| Vec::new()).collect();
+    let variants = variants(all.len(), &batches);
+    let mut times: Vec<Vec<Duration>> = variants.iter().map(|_| Vec::new()).collect();
+    let mut runs: Vec<Vec<LoopRun>> = variants.iter().map(|_| Vec::new()).collect();
     for rep in 0..reps {
-        for variant in rotated(labels.len(), rep) {
-            let topic = format!("outbox-bench-{run}-k{rep}-{variant}");
+        for i in rotated(variants.len(), rep) {
+            let topic = format!("outbox-bench-{run}-k{rep}-{i}");
             kafka_topic(&topic, partitions).await.unwrap();
             topics.push(topic.clone());
-            let elapsed = match variant {
-                0 => kafka_raw(&topic, all, all.len()).await,
-                1 => kafka_raw(&topic, all, RAW_ROUND).await,
-                _ => {
+            let elapsed = match variants[i].1 {
+                Variant::Raw(round) => kafka_raw(&topic, all, round).await,
+                Variant::Loop(batch) => {
                     let store = store(dir, all).await;
-                    let run = kafka_loop(&topic, store, batches[variant - 2], all.len()).await;
+                    let run = kafka_loop(&topic, store, batch, all.len()).await;
                     let elapsed = run.elapsed;
-                    runs[variant - 2].push(run);
+                    runs[i].push(run);
                     elapsed
                 }
             };
-            times[variant].push(elapsed);
+            times[i].push(elapsed);
         }
     }
-    report(all.len(), &labels, &mut times, &runs);
+    report(all.len(), &variants, &times, &runs);
     kafka_delete(&topics).await;
 }
 
 async fn amqp_section(args: &Args, all: &[FanoutMessage], dir: &std::path::Path, run: &str) {
     let queues = args.num("--queues", 8) as u16;
     let batches = args.list("--batches", &[1000, 5000]);
-    let reps = args.num("--reps", 2).max(1);
+    let reps = args.num("--reps", 5).max(1);
     println!(
         "RabbitMQ at {} ({queues} queues, confirms, mandatory, persistent):",
         AmqpConfig::new(amqp_url(), "x").redacted_uri()
@@ -711,41 +756,34 @@ async fn amqp_section(args: &Args, all: &[FanoutMessage], dir: &std::path::Path,
         Ok(Err(e)) => return println!("  SKIPPED: no RabbitMQ reachable: {e}"),
         Err(_) => return println!("  SKIPPED: no RabbitMQ reachable (connect timed out)"),
     }
-    let labels = labels(&batches);
+    let variants = variants(all.len(), &batches);
     let mut topologies = Vec::new();
-    let mut times: Vec<Vec<Duration>> = labels.iter().map(|_| Vec::new()).collect();
-    let mut runs: Vec<Vec<LoopRun>> = batches.iter().map(|_| Vec::new()).collect();
+    let mut times: Vec<Vec<Duration>> = variants.iter().map(|_| Vec::new()).collect();
+    let mut runs: Vec<Vec<LoopRun>> = variants.iter().map(|_| Vec::new()).collect();
     for rep in 0..reps {
-        for variant in rotated(labels.len(), rep) {
-            let topology = Topology::new(format!("outbox-bench-{run}-a{rep}-{variant}"), queues);
+        for i in rotated(variants.len(), rep) {
+            let topology = Topology::new(format!("outbox-bench-{run}-a{rep}-{i}"), queues);
             topologies.push(topology.clone());
-            let elapsed = match variant {
-                0 => amqp_raw(&topology, all, all.len()).await,
-                1 => amqp_raw(&topology, all, RAW_ROUND).await,
-                _ => {
+            let elapsed = match variants[i].1 {
+                Variant::Raw(round) => amqp_raw(&topology, all, round).await,
+                Variant::Loop(batch) => {
                     let store = store(dir, all).await;
-                    let run = amqp_loop(
-                        topology.exchange(),
-                        queues,
-                        store,
-                        batches[variant - 2],
-                        all.len(),
-                    )
-                    .await;
+                    let run = amqp_loop(topology.exchange(), queues, store, batch, all.len()).await;
                     let elapsed = run.elapsed;
-                    runs[variant - 2].push(run);
+                    runs[i].push(run);
                     elapsed
                 }
             };
-            times[variant].push(elapsed);
+            times[i].push(elapsed);
         }
     }
-    report(all.len(), &labels, &mut times, &runs);
+    report(all.len(), &variants, &times, &runs);
     amqp_delete(&topologies).await;
 }
 
 fn main() {
     let args = Args(std::env::args().collect());
+    let _ = LINGER_MS.set(args.value("--linger").map(str::to_owned));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -2,34 +2,32 @@
 //! and ratios (no assertions on time).
 //!
 //! Committed messages over 1,000 accounts (round-robin, each account's sequences in
-//! order; ~400-byte ledger transactions with one posting, so two `treasury_balances`
+//! order; ~460-byte ledger transactions with one posting, so two `treasury_balances`
 //! upserts each) are applied one transaction per message:
 //!
 //! - SQLite: `TreasuryConsumer::apply_one` against a raw loop that opens the same
-//!   `IMMEDIATE` transaction on a connection with the same settings, upserts the same
-//!   `deltas` and commits, with no inbox bookkeeping.
+//!   `IMMEDIATE` transaction on a connection with the same settings (the consumer's
+//!   `connect`), upserts the same `deltas` and commits, with no inbox bookkeeping.
+//!   With `synchronous=FULL` (the `SqliteConfig` default: an fsync per commit), then
+//!   `synchronous=NORMAL` (diagnostic: the statements' own cost), where two more rows
+//!   show raw + the inbox's two marker writes, and a prototype with the inbox's three
+//!   reads in one statement.
 //! - PostgreSQL: `PgTreasuryConsumer::apply_one` against a raw loop that begins a
 //!   transaction on a pool with the same settings, runs the same upserts and commits;
-//!   and a prototype of a leaner inbox path (same checks and writes, 5 round trips
-//!   instead of 8; see `lean_apply`).
-//!
-//! Each twice: durable (`SqliteConfig` defaults: `synchronous=FULL`; the server's
-//! `synchronous_commit=on`), where every commit waits for an fsync, so few messages
-//! (`--durable-messages`, default 1,000: an fsync costs milliseconds on a VM disk);
-//! and, as a diagnostic, without the fsync wait (`synchronous=NORMAL`; the session's
-//! `synchronous_commit=off`) with `--messages` (default 20,000), which shows what the
-//! inbox's statements cost by themselves.
+//!   and prototypes of leaner inbox paths (same checks and writes in fewer round trips;
+//!   see `lean_apply` and `one_call_apply`; C also sends the deltas in one statement). With the server's `synchronous_commit`
+//!   (on), then `off` for the bench's sessions (diagnostic: round trips only).
 //!
 //! Each side works in a database (schema) of its own, so each starts empty. Sides
 //! alternate, in rotating order, `--reps` times; the figures are medians.
 //! Goal: inbox ≥ 0.8 × raw.
 //!
 //! Run: `cargo bench -p outbox-bins --features all --bench inbox`, options after `--`:
-//! `--durable-messages 1000 --messages 20000 --accounts 1000 --reps 2
-//! --only sqlite|postgres`. The server comes
-//! from `OUTBOX_BENCH_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`);
-//! the schemas are `outbox_bench_<run>_<side>`, dropped at the end (also on panic). An
-//! unreachable server is skipped with a message.
+//! `--sqlite-messages 20000 --pg-messages 3000 --accounts 1000 --reps 2
+//! --only sqlite|postgres`. The server comes from `OUTBOX_BENCH_POSTGRES_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`); the schemas are
+//! `outbox_bench_<run>_<side>`, dropped at the end (also on panic). An unreachable
+//! server is skipped with a message.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -128,12 +126,13 @@ fn rate(count: usize, d: Duration) -> f64 {
     count as f64 / d.as_secs_f64()
 }
 
-fn median(times: &mut [Duration]) -> Duration {
-    times.sort();
-    times[times.len() / 2]
+fn median(times: &[Duration]) -> Duration {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    sorted[sorted.len() / 2]
 }
 
-fn print_table(count: usize, rows: &[(&str, &mut Vec<Duration>)]) {
+fn print_table(count: usize, rows: &[(&str, &[Duration])]) {
     println!(
         "  {:<34} {:>10} {:>12} {:>7}",
         "variant", "msgs/s", "µs/msg", "ratio"
@@ -178,29 +177,100 @@ fn sqlite_inbox(
     start.elapsed()
 }
 
-/// The same database (opened by the consumer, so same tables and settings); per
-/// message an `IMMEDIATE` transaction with the same upserts and nothing else.
-fn sqlite_raw(
-    runtime: &tokio::runtime::Runtime,
-    config: SqliteConfig,
-    all: &[InboxMessage],
-) -> Duration {
+/// Opens the database the way the consumer does (same tables, same settings) and
+/// returns a connection from `connect` with that configuration.
+fn sqlite_conn(runtime: &tokio::runtime::Runtime, config: &SqliteConfig) -> rusqlite::Connection {
     drop(
         runtime
             .block_on(TreasuryConsumer::open(config.clone(), CONSUMER, GAP_ALARM))
             .unwrap(),
     );
-    let mut conn = connect(&config).unwrap();
+    connect(config).unwrap()
+}
+
+fn sqlite_upserts(tx: &rusqlite::Transaction<'_>, message: &InboxMessage) {
+    let mut upsert = tx.prepare_cached(UPSERT_SQLITE).unwrap();
+    for d in deltas(message).unwrap() {
+        upsert.execute((&d.account, &d.asset, d.amount)).unwrap();
+    }
+}
+
+/// The inbox's two writes (`SqliteInbox::mark_applied`), statement for statement.
+fn sqlite_mark(tx: &rusqlite::Transaction<'_>, message: &InboxMessage) {
+    tx.prepare_cached(
+        "INSERT INTO inbox_messages (consumer, instruction_id, account, sequence, kind, applied_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )
+    .unwrap()
+    .execute(rusqlite::params![
+        CONSUMER,
+        message.instruction_id,
+        message.account.as_str(),
+        message.sequence as i64,
+        message.kind.as_str(),
+        chrono::Utc::now().timestamp_micros()
+    ])
+    .unwrap();
+    tx.prepare_cached(
+        "INSERT INTO inbox_accounts (consumer, account, last_applied) VALUES (?1, ?2, ?3)
+         ON CONFLICT (consumer, account) DO UPDATE SET last_applied = excluded.last_applied",
+    )
+    .unwrap()
+    .execute(rusqlite::params![
+        CONSUMER,
+        message.account.as_str(),
+        message.sequence as i64
+    ])
+    .unwrap();
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum SqliteSide {
+    /// Per message an `IMMEDIATE` transaction with the same upserts, nothing else.
+    Raw,
+    /// Diagnostic: raw plus the inbox's two marker writes, without its reads.
+    RawWithMarker,
+    /// `TreasuryConsumer::apply_one`.
+    Inbox,
+    /// Prototype: the inbox's three reads (processed? last applied? anything held?)
+    /// in one statement, `take_held` only when something is held: 5 statements.
+    Lean,
+}
+
+fn sqlite_run(
+    runtime: &tokio::runtime::Runtime,
+    config: SqliteConfig,
+    all: &[InboxMessage],
+    side: SqliteSide,
+) -> Duration {
+    if side == SqliteSide::Inbox {
+        return sqlite_inbox(runtime, config, all);
+    }
+    let mut conn = sqlite_conn(runtime, &config);
     let start = Instant::now();
     for message in all {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .unwrap();
-        {
-            let mut upsert = tx.prepare_cached(UPSERT_SQLITE).unwrap();
-            for d in deltas(message).unwrap() {
-                upsert.execute((&d.account, &d.asset, d.amount)).unwrap();
-            }
+        if side == SqliteSide::Lean {
+            let (processed, last, held): (bool, i64, bool) = tx
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM inbox_messages WHERE consumer = ?1 AND instruction_id = ?2),
+                            coalesce((SELECT last_applied FROM inbox_accounts WHERE consumer = ?1 AND account = ?3), 0),
+                            EXISTS (SELECT 1 FROM inbox_held WHERE consumer = ?1 AND account = ?3)",
+                )
+                .unwrap()
+                .query_row(
+                    (CONSUMER, &message.instruction_id, message.account.as_str()),
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .unwrap();
+            // The bench's messages always come next; other paths stay as they are.
+            assert!(!processed && !held && message.sequence == last as u64 + 1);
+        }
+        sqlite_upserts(&tx, message);
+        if side != SqliteSide::Raw {
+            sqlite_mark(&tx, message);
         }
         tx.commit().unwrap();
     }
@@ -209,42 +279,45 @@ fn sqlite_raw(
 
 fn sqlite_section(runtime: &tokio::runtime::Runtime, args: &Args, accounts: usize, reps: usize) {
     let dir = tempfile::TempDir::new().unwrap();
+    let count = args.num("--sqlite-messages", 20_000);
+    let all = messages(count, accounts);
     println!("SQLite (WAL; files in {}):", dir.path().display());
     for full in [true, false] {
-        let count = if full {
-            args.num("--durable-messages", 1_000)
+        let sides: &[(&str, SqliteSide)] = if full {
+            &[
+                ("raw upserts (2 statements)", SqliteSide::Raw),
+                ("TreasuryConsumer::apply_one (7)", SqliteSide::Inbox),
+            ]
         } else {
-            args.num("--messages", 20_000)
+            &[
+                ("raw upserts (2 statements)", SqliteSide::Raw),
+                ("TreasuryConsumer::apply_one (7)", SqliteSide::Inbox),
+                ("diag: raw + marker writes (4)", SqliteSide::RawWithMarker),
+                ("prototype: one read statement (5)", SqliteSide::Lean),
+            ]
         };
-        let all = messages(count, accounts);
-        let mut raw = Vec::new();
-        let mut inbox = Vec::new();
+        let mut times: Vec<Vec<Duration>> = sides.iter().map(|_| Vec::new()).collect();
         for rep in 0..reps {
-            for side in [rep % 2, (rep + 1) % 2] {
-                let config =
-                    sqlite_config(dir.path(), if side == 0 { "raw" } else { "inbox" }, full);
-                if side == 0 {
-                    raw.push(sqlite_raw(runtime, config, &all));
-                } else {
-                    inbox.push(sqlite_inbox(runtime, config, &all));
-                }
+            for i in 0..sides.len() {
+                let i = (i + rep) % sides.len();
+                let config = sqlite_config(dir.path(), &format!("side{i}"), full);
+                times[i].push(sqlite_run(runtime, config, &all, sides[i].1));
             }
         }
         println!(
             " synchronous={} — {count} messages over {accounts} accounts, one transaction each:",
             if full {
-                "FULL (SqliteConfig default; an fsync per commit)"
+                "FULL (SqliteConfig default: an fsync per commit)"
             } else {
                 "NORMAL (diagnostic: no fsync per commit, the statements' own cost)"
             }
         );
-        print_table(
-            count,
-            &[
-                ("raw upserts (2 statements)", &mut raw),
-                ("TreasuryConsumer::apply_one (7)", &mut inbox),
-            ],
-        );
+        let rows: Vec<(&str, &[Duration])> = sides
+            .iter()
+            .zip(&times)
+            .map(|((label, _), t)| (*label, t.as_slice()))
+            .collect();
+        print_table(count, &rows);
     }
 }
 
@@ -364,11 +437,11 @@ async fn pg_raw(url: &str, schema: &str, all: &[InboxMessage], async_commit: boo
     start.elapsed()
 }
 
-/// Prototype (not the library's code): the inbox's checks and writes in fewer round
-/// trips. `bench_inbox_begin` = `outbox_inbox_claim` then, unless processed, the
-/// `last_applied` row lock/upsert, in that order, in one call; `mark_applied` and
-/// `take_held(sequence + 1)` in one statement. BEGIN, begin, 2 upserts, mark+take,
-/// COMMIT: 5 round trips instead of 8.
+/// Prototype A (not the library's code): the inbox's checks and writes in fewer round
+/// trips, in the engine's order. `bench_inbox_begin` = `outbox_inbox_claim` then,
+/// unless processed, the `last_applied` row lock/upsert, in one call; `mark_applied`
+/// and `take_held(sequence + 1)` in one statement. BEGIN, begin, 2 upserts,
+/// mark+take, COMMIT: 6 round trips instead of 8.
 const LEAN_BEGIN_FN: &str =
     "CREATE FUNCTION bench_inbox_begin(consumer_name text, instruction text, account_name text,
         OUT processed boolean, OUT last_applied bigint)
@@ -430,12 +503,127 @@ async fn lean_apply(pool: &PgPool, message: &InboxMessage) -> Accepted {
     }
 }
 
-async fn pg_lean(url: &str, schema: &str, all: &[InboxMessage]) -> Duration {
+/// Prototype B: all the bookkeeping of the apply-next path in one call, before the
+/// handler runs (same transaction, so a failing handler still rolls it all back):
+/// claim, lock and read `last_applied`; when the message comes next, insert the
+/// marker, bump `last_applied` and take the held successor (applied after the
+/// handler, as the engine does). BEGIN, accept, 2 upserts, COMMIT: 5 round trips.
+const ONE_CALL_FN: &str = "CREATE FUNCTION bench_inbox_accept(consumer_name text, instruction text,
+        account_name text, seq bigint, kind_name text,
+        OUT o_verdict text, OUT o_last bigint, OUT o_held_id text, OUT o_held_kind text,
+        OUT o_held_payload bytea)
+    LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+    BEGIN
+        IF outbox_inbox_claim(consumer_name, instruction) THEN
+            o_verdict := 'duplicate';
+            RETURN;
+        END IF;
+        INSERT INTO inbox_accounts AS a (consumer, account, last_applied)
+        VALUES (consumer_name, account_name, 0)
+        ON CONFLICT (consumer, account) DO UPDATE SET last_applied = a.last_applied
+        RETURNING a.last_applied INTO o_last;
+        IF seq <> o_last + 1 THEN
+            o_verdict := 'not next';
+            RETURN;
+        END IF;
+        INSERT INTO inbox_messages (consumer, instruction_id, account, sequence, kind)
+        VALUES (consumer_name, instruction, account_name, seq, kind_name);
+        UPDATE inbox_accounts a SET last_applied = seq
+        WHERE a.consumer = consumer_name AND a.account = account_name;
+        DELETE FROM inbox_held h
+        WHERE h.consumer = consumer_name AND h.account = account_name AND h.sequence = seq + 1
+        RETURNING h.instruction_id, h.kind, h.payload INTO o_held_id, o_held_kind, o_held_payload;
+        o_verdict := 'apply';
+    END $$";
+
+/// Prototype C's handler: the message's deltas, summed per (account, asset), in one
+/// `unnest` upsert (a consumer-side change: `ApplyPostings`).
+async fn one_upsert(conn: &mut PgConnection, message: &InboxMessage) {
+    let mut summed = std::collections::BTreeMap::<(String, String), i64>::new();
+    for d in deltas(message).unwrap() {
+        *summed.entry((d.account, d.asset)).or_default() += d.amount;
+    }
+    let (mut accounts, mut assets, mut amounts) = (Vec::new(), Vec::new(), Vec::new());
+    for ((account, asset), amount) in summed {
+        accounts.push(account);
+        assets.push(asset);
+        amounts.push(amount);
+    }
+    sqlx::query(
+        "INSERT INTO treasury_balances (account, asset, balance)
+         SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
+         ON CONFLICT (account, asset) DO UPDATE SET balance = treasury_balances.balance + excluded.balance",
+    )
+    .bind(accounts)
+    .bind(assets)
+    .bind(amounts)
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+}
+
+async fn one_call_apply(pool: &PgPool, message: &InboxMessage, one_statement: bool) -> Accepted {
+    let mut tx = pool.begin().await.unwrap();
+    let row =
+        sqlx::query("SELECT o_verdict, o_held_id FROM bench_inbox_accept($1, $2, $3, $4, $5)")
+            .bind(CONSUMER)
+            .bind(&message.instruction_id)
+            .bind(message.account.as_str())
+            .bind(message.sequence as i64)
+            .bind(message.kind.as_str())
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+    // The bench's messages always come next; the other paths stay as they are.
+    assert_eq!(row.get::<String, _>("o_verdict"), "apply");
+    assert!(row.get::<Option<String>, _>("o_held_id").is_none());
+    if one_statement {
+        one_upsert(&mut tx, message).await;
+    } else {
+        upserts(&mut tx, message).await;
+    }
+    tx.commit().await.unwrap();
+    Accepted::Applied {
+        released: Vec::new(),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum PgSide {
+    Raw,
+    Inbox,
+    Lean,
+    OneCall,
+    OneCallOneUpsert,
+}
+
+async fn pg_run(
+    url: &str,
+    schema: &str,
+    all: &[InboxMessage],
+    side: PgSide,
+    async_commit: bool,
+) -> Duration {
+    match side {
+        PgSide::Raw => return pg_raw(url, schema, all, async_commit).await,
+        PgSide::Inbox => return pg_inbox(url, schema, all).await,
+        PgSide::Lean | PgSide::OneCall | PgSide::OneCallOneUpsert => {}
+    }
     let pool = pg_pool(url, schema).await;
-    pool.execute(LEAN_BEGIN_FN).await.unwrap();
+    pool.execute(if side == PgSide::Lean {
+        LEAN_BEGIN_FN
+    } else {
+        ONE_CALL_FN
+    })
+    .await
+    .unwrap();
     let start = Instant::now();
     for message in all {
-        applied(&lean_apply(&pool, message).await);
+        let accepted = match side {
+            PgSide::Lean => lean_apply(&pool, message).await,
+            _ => one_call_apply(&pool, message, side == PgSide::OneCallOneUpsert).await,
+        };
+        applied(&accepted);
     }
     start.elapsed()
 }
@@ -480,46 +668,56 @@ async fn pg_section(args: &Args, accounts: usize, reps: usize) {
         names: Mutex::new(Vec::new()),
     };
     let run = Uuid::now_v7().simple().to_string();
+    let count = args.num("--pg-messages", 3_000);
+    let all = messages(count, accounts);
     for async_commit in [false, true] {
-        let count = if async_commit {
-            args.num("--messages", 20_000)
+        let sides: &[(&str, PgSide)] = if async_commit {
+            &[
+                ("raw upserts (4 round trips)", PgSide::Raw),
+                ("PgTreasuryConsumer::apply_one (8)", PgSide::Inbox),
+                ("prototype A: 2 merged calls (6)", PgSide::Lean),
+                ("prototype B: one call (5)", PgSide::OneCall),
+                (
+                    "prototype C: B + 1 upsert stmt (4)",
+                    PgSide::OneCallOneUpsert,
+                ),
+            ]
         } else {
-            args.num("--durable-messages", 1_000)
+            &[
+                ("raw upserts (4 round trips)", PgSide::Raw),
+                ("PgTreasuryConsumer::apply_one (8)", PgSide::Inbox),
+                ("prototype B: one call (5)", PgSide::OneCall),
+                (
+                    "prototype C: B + 1 upsert stmt (4)",
+                    PgSide::OneCallOneUpsert,
+                ),
+            ]
         };
-        let all = messages(count, accounts);
         let side_url = pg_url(&url, async_commit);
-        let mut times: [Vec<Duration>; 3] = Default::default();
+        let mut times: Vec<Vec<Duration>> = sides.iter().map(|_| Vec::new()).collect();
         for rep in 0..reps {
-            for i in 0..3 {
-                let side = (i + rep) % 3;
-                let schema = format!("outbox_bench_{run}_{}{rep}{side}", u8::from(async_commit));
+            for i in 0..sides.len() {
+                let i = (i + rep) % sides.len();
+                let schema = format!("outbox_bench_{run}_{}{rep}{i}", u8::from(async_commit));
                 schemas.add(&schema);
-                let elapsed = match side {
-                    0 => pg_raw(&side_url, &schema, &all, async_commit).await,
-                    1 => pg_inbox(&side_url, &schema, &all).await,
-                    _ => pg_lean(&side_url, &schema, &all).await,
-                };
-                times[side].push(elapsed);
+                times[i].push(pg_run(&side_url, &schema, &all, sides[i].1, async_commit).await);
             }
         }
         schemas.now().await;
         println!(
             " synchronous_commit={} — {count} messages over {accounts} accounts, one transaction each:",
             if async_commit {
-                "off (diagnostic, per session: no WAL flush wait per commit, the round trips' own cost)"
+                "off (diagnostic, per session: no WAL flush wait, the round trips' own cost)"
             } else {
-                "on (server default; a WAL flush per commit)"
+                "on (server default: a WAL flush per commit)"
             }
         );
-        let [raw, inbox, lean] = &mut times;
-        print_table(
-            count,
-            &[
-                ("raw upserts (4 round trips)", raw),
-                ("PgTreasuryConsumer::apply_one (8)", inbox),
-                ("prototype: lean inbox path (5)", lean),
-            ],
-        );
+        let rows: Vec<(&str, &[Duration])> = sides
+            .iter()
+            .zip(&times)
+            .map(|((label, _), t)| (*label, t.as_slice()))
+            .collect();
+        print_table(count, &rows);
     }
 }
 
