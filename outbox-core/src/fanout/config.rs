@@ -12,6 +12,7 @@ use crate::domain::Account;
 /// | `batch_size` | 1000 | messages read per window and most sent per round |
 /// | `look_ahead` | 10 | windows read past a blocked account to find other accounts' work |
 /// | `max_per_account` | 256 | messages of one account per round when the publisher pipelines in order |
+/// | `rounds_in_flight` | 4 | rounds published at once when the publisher pipelines in order (1 otherwise) |
 /// | `poll_interval` | 500 ms | idle wait when no wake-up comes |
 /// | `backoff` | 100 ms … 10 s | retry delay after a transient failure (full jitter, `Retry-After` honoured) |
 /// | `permanent_retry` | 60 s | retry delay of an account blocked by a permanent failure |
@@ -20,6 +21,7 @@ pub struct FanoutConfig {
     pub batch_size: usize,
     pub look_ahead: usize,
     pub max_per_account: usize,
+    pub rounds_in_flight: usize,
     pub poll_interval: Duration,
     pub backoff: Backoff,
     pub permanent_retry: Duration,
@@ -31,6 +33,7 @@ impl Default for FanoutConfig {
             batch_size: 1000,
             look_ahead: 10,
             max_per_account: 256,
+            rounds_in_flight: 4,
             poll_interval: Duration::from_millis(500),
             backoff: Backoff::default(),
             permanent_retry: Duration::from_secs(60),

@@ -9,12 +9,21 @@
 //! never skipped. Other accounts' confirmations past a parked message are kept in
 //! memory; the durable cursor moves only over a contiguous confirmed prefix, so a
 //! crash re-sends at most what was past it (consumers dedupe on the instruction id).
+//!
+//! A publisher that keeps order on the wire (`ordered_pipeline`: Kafka's idempotent
+//! producer) gets up to `rounds_in_flight` rounds at once; waiting for each round's
+//! confirmations before sending the next would cap throughput at one broker round
+//! trip per round. Rounds are settled in the order they were sent. When a message
+//! fails, the account's messages in rounds already in flight are not trusted even if
+//! confirmed (they may have overtaken the failure): they are sent again after it, and
+//! the account gets no new messages until those rounds have settled.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use super::{FanoutConfig, FanoutStore, FanoutSummary, Publisher, StoredMessage};
 use crate::dispatch::{Backoff, RunMode};
@@ -41,7 +50,23 @@ pub struct FanoutLoop {
     /// Confirmed positions above the cursor (past a parked account's message).
     confirmed: BTreeSet<u64>,
     parked: HashMap<Account, Park>,
+    /// Rounds sent and not yet settled, oldest first, and their positions.
+    in_flight: VecDeque<InFlight>,
+    in_flight_positions: HashSet<u64>,
+    next_round: u64,
+    /// Account → the first round sent after one of its messages failed: its results
+    /// in earlier rounds are not trusted.
+    tainted: HashMap<Account, u64>,
+    /// Positions the latest selection read, ascending from the cursor.
+    read: Vec<u64>,
     summary: FanoutSummary,
+}
+
+/// One published round awaiting its confirmations.
+struct InFlight {
+    id: u64,
+    send: Vec<StoredMessage>,
+    task: JoinHandle<Vec<Result<()>>>,
 }
 
 impl std::fmt::Debug for FanoutLoop {
@@ -81,6 +106,11 @@ impl FanoutLoop {
             saved_cursor: cursor,
             confirmed: BTreeSet::new(),
             parked: HashMap::new(),
+            in_flight: VecDeque::new(),
+            in_flight_positions: HashSet::new(),
+            next_round: 0,
+            tainted: HashMap::new(),
+            read: Vec::new(),
             summary: FanoutSummary::default(),
         })
     }
@@ -108,23 +138,41 @@ impl FanoutLoop {
         mode: RunMode,
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<FanoutSummary> {
-        while !*shutdown.borrow() {
-            let round = self.select().await?;
-            if round.send.is_empty() {
-                self.save_cursor().await?;
-                if round.read.is_empty() || round.blocked_only {
-                    if mode == RunMode::Drain {
-                        break;
-                    }
-                    self.idle(None, &mut shutdown).await;
-                } else {
-                    self.idle(round.next_retry, &mut shutdown).await;
+        let depth = if self.publisher.capabilities().ordered_pipeline {
+            self.config.rounds_in_flight.max(1)
+        } else {
+            1
+        };
+        loop {
+            let stopping = *shutdown.borrow();
+            let mut nothing_to_send = None;
+            while !stopping && self.in_flight.len() < depth {
+                let round = self.select().await?;
+                self.read = round.read.clone();
+                if round.send.is_empty() {
+                    nothing_to_send = Some(round);
+                    break;
                 }
+                self.launch(round.send);
+            }
+            if let Some(oldest) = self.in_flight.pop_front() {
+                self.settle(oldest).await;
+                self.advance();
+                self.save_cursor().await?;
                 continue;
             }
-            self.send(&round).await;
-            self.advance(&round.read);
+            let Some(round) = nothing_to_send.filter(|_| !stopping) else {
+                break;
+            };
             self.save_cursor().await?;
+            if round.read.is_empty() || round.blocked_only {
+                if mode == RunMode::Drain {
+                    break;
+                }
+                self.idle(None, &mut shutdown).await;
+            } else {
+                self.idle(round.next_retry, &mut shutdown).await;
+            }
         }
         self.save_cursor().await?;
         self.summary.blocked = self.blocked_accounts();
@@ -145,7 +193,11 @@ impl FanoutLoop {
             next_retry: None,
             blocked_only: true,
         };
-        let mut held: HashSet<Account> = HashSet::new();
+        let oldest_in_flight = self.in_flight.front().map(|r| r.id);
+        // A taint lasts while rounds sent before it are still in flight.
+        self.tainted
+            .retain(|_, until| oldest_in_flight.is_some_and(|id| id < *until));
+        let mut held: HashSet<Account> = self.tainted.keys().cloned().collect();
         let mut taken: HashMap<Account, usize> = HashMap::new();
         let mut after = self.cursor;
         for _ in 0..self.config.look_ahead.max(1) {
@@ -154,7 +206,9 @@ impl FanoutLoop {
             for stored in window {
                 after = stored.position;
                 round.read.push(stored.position);
-                if self.confirmed.contains(&stored.position) {
+                if self.confirmed.contains(&stored.position)
+                    || self.in_flight_positions.contains(&stored.position)
+                {
                     continue;
                 }
                 let account = &stored.message.account;
@@ -203,23 +257,50 @@ impl FanoutLoop {
         }
     }
 
-    async fn send(&mut self, round: &Round) {
-        let messages: Vec<_> = round.send.iter().map(|s| s.message.clone()).collect();
-        let results = self.publisher.publish(&messages).await;
+    /// Publishes a round in the background.
+    fn launch(&mut self, send: Vec<StoredMessage>) {
+        let messages: Vec<_> = send.iter().map(|s| s.message.clone()).collect();
+        self.in_flight_positions
+            .extend(send.iter().map(|s| s.position));
+        let publisher = Arc::clone(&self.publisher);
+        let task = tokio::spawn(async move { publisher.publish(&messages).await });
+        self.in_flight.push_back(InFlight {
+            id: self.next_round,
+            send,
+            task,
+        });
+        self.next_round += 1;
+    }
+
+    /// Takes a round's confirmations: confirmed positions, parked accounts.
+    async fn settle(&mut self, round: InFlight) {
+        let results = round.task.await.unwrap_or_else(|e| {
+            let error = Error::new(
+                crate::ErrorKind::Internal,
+                format!("the publisher task failed: {e}"),
+            )
+            .transient(None);
+            vec![Err(error); round.send.len()]
+        });
         let now = Instant::now();
         let mut failed: HashSet<Account> = HashSet::new();
         for (index, stored) in round.send.iter().enumerate() {
+            self.in_flight_positions.remove(&stored.position);
             let account = &stored.message.account;
+            let untrusted = self
+                .tainted
+                .get(account)
+                .is_some_and(|until| round.id < *until);
+            if failed.contains(account) || untrusted {
+                // An earlier message of this account failed: this one goes again after it.
+                continue;
+            }
             let result = results.get(index).cloned().unwrap_or_else(|| {
                 Err(Error::new(
                     crate::ErrorKind::Internal,
                     "publisher returned fewer results than messages",
                 ))
             });
-            if failed.contains(account) {
-                // An earlier message of this account failed: this one is re-sent after it.
-                continue;
-            }
             match result {
                 Ok(()) => {
                     self.confirmed.insert(stored.position);
@@ -228,6 +309,7 @@ impl FanoutLoop {
                 }
                 Err(error) => {
                     failed.insert(account.clone());
+                    self.tainted.insert(account.clone(), self.next_round);
                     self.park(stored, &error, now);
                 }
             }
@@ -269,12 +351,15 @@ impl FanoutLoop {
     }
 
     /// Moves the cursor over the contiguous confirmed prefix of what was read.
-    fn advance(&mut self, read: &[u64]) {
-        for position in read {
-            if !self.confirmed.remove(position) {
+    fn advance(&mut self) {
+        for &position in &self.read {
+            if position <= self.cursor {
+                continue;
+            }
+            if !self.confirmed.remove(&position) {
                 break;
             }
-            self.cursor = *position;
+            self.cursor = position;
         }
     }
 

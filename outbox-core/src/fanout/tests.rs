@@ -152,6 +152,7 @@ fn quick() -> FanoutConfig {
         batch_size: 4,
         look_ahead: 10,
         max_per_account: 3,
+        rounds_in_flight: 3,
         poll_interval: Duration::from_millis(5),
         backoff: Backoff {
             initial: Duration::from_millis(1),
@@ -347,4 +348,108 @@ async fn shutdown_ends_a_daemon_and_keeps_the_cursor() {
         .unwrap();
     assert_eq!(summary.published, 15);
     assert_eq!(store.cursor("scripted"), 45);
+}
+
+/// Counts publish calls running at once.
+struct SlowPublisher {
+    pipeline: bool,
+    running: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+    confirmed: Mutex<Vec<(String, u64)>>,
+}
+
+#[async_trait]
+impl Publisher for SlowPublisher {
+    fn name(&self) -> &str {
+        "slow"
+    }
+
+    fn capabilities(&self) -> PublisherCapabilities {
+        PublisherCapabilities::new(self.pipeline)
+    }
+
+    async fn publish(&self, messages: &[FanoutMessage]) -> Vec<Result<()>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.running.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        self.running.fetch_sub(1, SeqCst);
+        let mut confirmed = self.confirmed.lock().unwrap();
+        confirmed.extend(
+            messages
+                .iter()
+                .map(|m| (m.account.as_str().to_owned(), m.sequence)),
+        );
+        messages.iter().map(|_| Ok(())).collect()
+    }
+}
+
+#[tokio::test]
+async fn an_ordered_pipeline_keeps_several_rounds_in_flight_and_others_one() {
+    for (pipeline, most) in [(true, 3), (false, 1)] {
+        let store = MemoryFanoutStore::with(&interleaved());
+        let publisher = Arc::new(SlowPublisher {
+            pipeline,
+            running: Default::default(),
+            most: Default::default(),
+            confirmed: Mutex::default(),
+        });
+        let (_stop, shutdown) = watch::channel(false);
+        let summary = FanoutLoop::open(store.clone(), publisher.clone(), quick())
+            .await
+            .unwrap()
+            .run(RunMode::Drain, shutdown)
+            .await
+            .unwrap();
+        assert_eq!(summary.published, 15);
+        assert_eq!(store.cursor("slow"), 45);
+        assert_eq!(
+            publisher.most.load(std::sync::atomic::Ordering::SeqCst),
+            most,
+            "rounds in flight at once (pipeline: {pipeline})"
+        );
+        for account in ["merchants:1", "merchants:2", "merchants:3"] {
+            let sequences: Vec<u64> = publisher
+                .confirmed
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(a, _)| a == account)
+                .map(|(_, s)| *s)
+                .collect();
+            assert_eq!(sequences, vec![1, 2, 3, 4, 5], "{account} in order");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_failure_with_rounds_in_flight_resends_everything_after_it_in_order() {
+    let messages: Vec<_> = (1..=12).map(|s| ("merchants:1", s)).collect();
+    let store = MemoryFanoutStore::with(&messages);
+    let publisher = ScriptedPublisher::new(true);
+    publisher.fail(
+        "merchants:1",
+        2,
+        1,
+        Error::new(ErrorKind::Transport, "delivery timed out").transient(None),
+    );
+    let summary = drain(&store, &publisher, quick()).await;
+    let confirmed = publisher.confirmed_of("merchants:1");
+    // Rounds of 3 were already in flight behind the failure; their "confirmations"
+    // are not trusted: everything from sequence 2 on is sent again, in order.
+    let resent_from = confirmed.iter().rposition(|s| *s == 2).expect("2 re-sent");
+    assert_eq!(
+        confirmed[resent_from..],
+        (2..=12).collect::<Vec<_>>()[..],
+        "{confirmed:?}"
+    );
+    assert!(
+        confirmed[..resent_from].contains(&3),
+        "later rounds were in flight: {confirmed:?}"
+    );
+    assert_eq!(
+        summary.published, 12,
+        "each sequence counted once, in order"
+    );
+    assert_eq!(store.cursor("scripted"), 36);
 }
