@@ -147,9 +147,12 @@ pub struct FanoutArgs {
     /// Our own signing secret for HTTP destinations.
     #[arg(long, env = "OUTBOX_PUBLISH_SECRET", hide_env_values = true)]
     pub publish_secret: Option<String>,
-    /// Messages read per round.
+    /// Messages read and sent per round (RabbitMQ and HTTP destinations).
     #[arg(long, default_value_t = 1000)]
     pub batch_size: usize,
+    /// The same for Kafka destinations, whose idempotent producer pipelines in order.
+    #[arg(long, default_value_t = 5000)]
+    pub pipelined_batch_size: usize,
     /// Longest idle wait between polls of the store, in milliseconds.
     #[arg(long, default_value_t = 500)]
     pub poll_interval_ms: u64,

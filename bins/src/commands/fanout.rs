@@ -33,6 +33,7 @@ pub async fn run(args: FanoutArgs) -> Result<()> {
     let stopped = stop_on_signal("finishing the publishes in flight");
     let config = FanoutConfig {
         batch_size: args.batch_size,
+        pipelined_batch_size: args.pipelined_batch_size,
         poll_interval: Duration::from_millis(args.poll_interval_ms),
         ..FanoutConfig::default()
     };

@@ -31,6 +31,9 @@ use crate::domain::Account;
 use crate::error::{Error, Result, Retry};
 use crate::relay::Wakeup;
 
+/// How often a streaming loop writes its cursor.
+const CURSOR_SAVE_EVERY: Duration = Duration::from_millis(200);
+
 /// Why an account is not sent to until `until`.
 #[derive(Debug, Clone, Copy)]
 struct Park {
@@ -57,8 +60,17 @@ pub struct FanoutLoop {
     /// Account → the first round sent after one of its messages failed: its results
     /// in earlier rounds are not trusted.
     tainted: HashMap<Account, u64>,
-    /// Positions the latest selection read, ascending from the cursor.
-    read: Vec<u64>,
+    /// Messages read after the cursor and not yet behind it, ascending; read once
+    /// from the store, kept until the cursor passes them (a failed one is re-sent
+    /// from here).
+    buffer: VecDeque<StoredMessage>,
+    /// The highest position read into the buffer.
+    read_through: u64,
+    /// The next window, being read while the oldest round settles.
+    prefetch: Option<JoinHandle<Result<Vec<StoredMessage>>>>,
+    /// Whether the last read filled its window (more is likely waiting).
+    last_read_full: bool,
+    cursor_saved_at: Instant,
     summary: FanoutSummary,
 }
 
@@ -82,7 +94,6 @@ impl std::fmt::Debug for FanoutLoop {
 /// One round's selection: the messages to send and every window message read.
 struct Round {
     send: Vec<StoredMessage>,
-    read: Vec<u64>,
     /// When the earliest parked account may be retried (nothing sendable before).
     next_retry: Option<Instant>,
     /// Messages read that wait only behind permanently blocked accounts.
@@ -110,7 +121,11 @@ impl FanoutLoop {
             in_flight_positions: HashSet::new(),
             next_round: 0,
             tainted: HashMap::new(),
-            read: Vec::new(),
+            buffer: VecDeque::new(),
+            read_through: cursor,
+            prefetch: None,
+            last_read_full: false,
+            cursor_saved_at: Instant::now(),
             summary: FanoutSummary::default(),
         })
     }
@@ -148,7 +163,6 @@ impl FanoutLoop {
             let mut nothing_to_send = None;
             while !stopping && self.in_flight.len() < depth {
                 let round = self.select().await?;
-                self.read = round.read.clone();
                 if round.send.is_empty() {
                     nothing_to_send = Some(round);
                     break;
@@ -156,16 +170,17 @@ impl FanoutLoop {
                 self.launch(round.send);
             }
             if let Some(oldest) = self.in_flight.pop_front() {
+                self.prefetch();
                 self.settle(oldest).await;
                 self.advance();
-                self.save_cursor().await?;
+                self.save_cursor_now_and_then().await?;
                 continue;
             }
             let Some(round) = nothing_to_send.filter(|_| !stopping) else {
                 break;
             };
             self.save_cursor().await?;
-            if round.read.is_empty() || round.blocked_only {
+            if self.buffer.is_empty() || round.blocked_only {
                 if mode == RunMode::Drain {
                     break;
                 }
@@ -187,9 +202,11 @@ impl FanoutLoop {
         } else {
             1
         };
+        let batch = self.round_size();
+        // Room for every round in flight plus the look-ahead past blocked accounts.
+        let bound = batch * self.config.look_ahead.max(self.config.rounds_in_flight + 1);
         let mut round = Round {
             send: Vec::new(),
-            read: Vec::new(),
             next_retry: None,
             blocked_only: true,
         };
@@ -199,44 +216,87 @@ impl FanoutLoop {
             .retain(|_, until| oldest_in_flight.is_some_and(|id| id < *until));
         let mut held: HashSet<Account> = self.tainted.keys().cloned().collect();
         let mut taken: HashMap<Account, usize> = HashMap::new();
-        let mut after = self.cursor;
-        for _ in 0..self.config.look_ahead.max(1) {
-            let window = self.read_window(after).await?;
-            let full = window.len() >= self.config.batch_size;
-            for stored in window {
-                after = stored.position;
-                round.read.push(stored.position);
-                if self.confirmed.contains(&stored.position)
-                    || self.in_flight_positions.contains(&stored.position)
-                {
-                    continue;
+        // After a short read, look again only once the rounds in flight have settled
+        // (or the loop idled): re-reading an empty tail per round costs a store trip.
+        let mut store_exhausted = !self.last_read_full && !self.in_flight.is_empty();
+        let mut index = 0;
+        loop {
+            if index == self.buffer.len() {
+                // Read on only while the round has room and the buffer its bound.
+                if store_exhausted || round.send.len() >= batch || self.buffer.len() >= bound {
+                    break;
                 }
-                let account = &stored.message.account;
-                if let Some(park) = self.parked.get(account).filter(|p| p.until > now) {
-                    round.next_retry =
-                        Some(round.next_retry.map_or(park.until, |t| t.min(park.until)));
-                    round.blocked_only &= park.permanent;
-                    held.insert(account.clone());
-                    continue;
-                }
-                round.blocked_only = false;
-                if held.contains(account) || round.send.len() >= self.config.batch_size {
-                    held.insert(account.clone());
-                    continue;
-                }
-                let count = taken.entry(account.clone()).or_default();
-                if *count >= per_account {
-                    held.insert(account.clone());
-                    continue;
-                }
-                *count += 1;
-                round.send.push(stored);
+                let prefetched = match self.prefetch.take() {
+                    Some(task) => task.await.ok().and_then(|read| read.ok()),
+                    None => None,
+                };
+                // A failed or lost prefetch is read again, with the usual retries.
+                let window = match prefetched {
+                    Some(window) => window,
+                    None => self.read_window(self.read_through).await?,
+                };
+                store_exhausted = window.len() < batch;
+                self.last_read_full = !store_exhausted;
+                let Some(last) = window.last() else { break };
+                self.read_through = last.position;
+                self.buffer.extend(window);
             }
-            if !full || round.send.len() >= self.config.batch_size {
-                break;
+            let stored = &self.buffer[index];
+            index += 1;
+            if self.confirmed.contains(&stored.position)
+                || self.in_flight_positions.contains(&stored.position)
+            {
+                continue;
             }
+            let account = &stored.message.account;
+            if let Some(park) = self.parked.get(account).filter(|p| p.until > now) {
+                round.next_retry = Some(round.next_retry.map_or(park.until, |t| t.min(park.until)));
+                round.blocked_only &= park.permanent;
+                held.insert(account.clone());
+                continue;
+            }
+            round.blocked_only = false;
+            if held.contains(account) || round.send.len() >= batch {
+                held.insert(account.clone());
+                continue;
+            }
+            let count = taken.entry(account.clone()).or_default();
+            if *count >= per_account {
+                held.insert(account.clone());
+                continue;
+            }
+            *count += 1;
+            round.send.push(stored.clone());
         }
         Ok(round)
+    }
+
+    /// Messages per window and per round: an order-keeping publisher takes bigger
+    /// rounds (a Kafka producer batches per partition; with idempotence it has at
+    /// most 5 requests in flight per broker, so small rounds starve it).
+    fn round_size(&self) -> usize {
+        let size = if self.publisher.capabilities().ordered_pipeline {
+            self.config.pipelined_batch_size
+        } else {
+            self.config.batch_size
+        };
+        size.max(1)
+    }
+
+    /// Starts reading the next window while the oldest round settles, so the
+    /// store read is not on the critical path of a streaming loop. Only after a
+    /// full read (a drained store is not polled in the background).
+    fn prefetch(&mut self) {
+        let bound =
+            self.round_size() * self.config.look_ahead.max(self.config.rounds_in_flight + 1);
+        if self.prefetch.is_some() || !self.last_read_full || self.buffer.len() >= bound {
+            return;
+        }
+        let store = Arc::clone(&self.store);
+        let (after, limit) = (self.read_through, self.round_size());
+        self.prefetch = Some(tokio::spawn(
+            async move { store.read_after(after, limit).await },
+        ));
     }
 
     async fn read_window(&self, after: u64) -> Result<Vec<StoredMessage>> {
@@ -246,7 +306,7 @@ impl FanoutLoop {
         };
         let mut failures = 0;
         loop {
-            match self.store.read_after(after, self.config.batch_size).await {
+            match self.store.read_after(after, self.round_size()).await {
                 Err(e) if e.is_transient() && failures < 20 => {
                     failures += 1;
                     tracing::warn!(error = %e, "fan-out store read failed; retrying");
@@ -350,16 +410,14 @@ impl FanoutLoop {
         );
     }
 
-    /// Moves the cursor over the contiguous confirmed prefix of what was read.
+    /// Moves the cursor over the contiguous confirmed prefix of the buffer.
     fn advance(&mut self) {
-        for &position in &self.read {
-            if position <= self.cursor {
-                continue;
-            }
-            if !self.confirmed.remove(&position) {
+        while let Some(front) = self.buffer.front() {
+            if !self.confirmed.remove(&front.position) {
                 break;
             }
-            self.cursor = position;
+            self.cursor = front.position;
+            self.buffer.pop_front();
         }
     }
 
@@ -371,6 +429,18 @@ impl FanoutLoop {
             .save_cursor(self.publisher.name(), self.cursor)
             .await?;
         self.saved_cursor = self.cursor;
+        self.cursor_saved_at = Instant::now();
+        Ok(())
+    }
+
+    /// While rounds stream, the cursor is written at most every `CURSOR_SAVE_EVERY`
+    /// (a durable write per round would sit on the critical path); it is always
+    /// written when the loop idles or stops. A crash re-sends what the saved cursor
+    /// had not passed: at least once, as always.
+    async fn save_cursor_now_and_then(&mut self) -> Result<()> {
+        if self.cursor_saved_at.elapsed() >= CURSOR_SAVE_EVERY {
+            self.save_cursor().await?;
+        }
         Ok(())
     }
 

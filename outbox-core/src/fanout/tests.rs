@@ -150,6 +150,7 @@ impl Publisher for ScriptedPublisher {
 fn quick() -> FanoutConfig {
     FanoutConfig {
         batch_size: 4,
+        pipelined_batch_size: 4,
         look_ahead: 10,
         max_per_account: 3,
         rounds_in_flight: 3,
