@@ -13,10 +13,13 @@
 //!   show raw + the inbox's two marker writes, and a prototype with the inbox's three
 //!   reads in one statement.
 //! - PostgreSQL: `PgTreasuryConsumer::apply_one` against a raw loop that begins a
-//!   transaction on a pool with the same settings, runs the same upserts and commits;
-//!   and prototypes of leaner inbox paths (same checks and writes in fewer round trips;
-//!   see `lean_apply` and `one_call_apply`; C also sends the deltas in one statement). With the server's `synchronous_commit`
-//!   (on), then `off` for the bench's sessions (diagnostic: round trips only).
+//!   transaction on a pool with the same settings, writes the same impact and commits:
+//!   the baseline sends it as the consumer does (one summed upsert statement), a
+//!   second raw row as one upsert per delta.
+//!   The consumer takes 4 round trips per message (BEGIN, `outbox_inbox_claim_next`,
+//!   its impact summed into one upsert, COMMIT) like the raw loop (BEGIN, 2 upserts,
+//!   COMMIT). With the server's `synchronous_commit` (on), then `off` for the bench's
+//!   sessions (diagnostic: round trips only).
 //!
 //! Each side works in a database (schema) of its own, so each starts empty. Sides
 //! alternate, in rotating order, `--reps` times; the figures are medians.
@@ -417,127 +420,7 @@ async fn upserts(conn: &mut PgConnection, message: &InboxMessage) {
     }
 }
 
-async fn pg_raw(url: &str, schema: &str, all: &[InboxMessage], async_commit: bool) -> Duration {
-    let pool = pg_pool(url, schema).await;
-    let setting: String = sqlx::query_scalar("SELECT current_setting('synchronous_commit')")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(
-        setting == "off",
-        async_commit,
-        "synchronous_commit={setting}"
-    );
-    let start = Instant::now();
-    for message in all {
-        let mut tx = pool.begin().await.unwrap();
-        upserts(&mut tx, message).await;
-        tx.commit().await.unwrap();
-    }
-    start.elapsed()
-}
-
-/// Prototype A (not the library's code): the inbox's checks and writes in fewer round
-/// trips, in the engine's order. `bench_inbox_begin` = `outbox_inbox_claim` then,
-/// unless processed, the `last_applied` row lock/upsert, in one call; `mark_applied`
-/// and `take_held(sequence + 1)` in one statement. BEGIN, begin, 2 upserts,
-/// mark+take, COMMIT: 6 round trips instead of 8.
-const LEAN_BEGIN_FN: &str =
-    "CREATE FUNCTION bench_inbox_begin(consumer_name text, instruction text, account_name text,
-        OUT processed boolean, OUT last_applied bigint)
-    LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-    BEGIN
-        processed := outbox_inbox_claim(consumer_name, instruction);
-        IF NOT processed THEN
-            INSERT INTO inbox_accounts AS a (consumer, account, last_applied)
-            VALUES (consumer_name, account_name, 0)
-            ON CONFLICT (consumer, account) DO UPDATE SET last_applied = a.last_applied
-            RETURNING a.last_applied INTO last_applied;
-        END IF;
-    END $$";
-
-const LEAN_MARK_AND_TAKE: &str = "WITH marker AS (
-         INSERT INTO inbox_messages (consumer, instruction_id, account, sequence, kind)
-         VALUES ($1, $2, $3, $4, $5)
-     ), account AS (
-         INSERT INTO inbox_accounts (consumer, account, last_applied) VALUES ($1, $3, $4)
-         ON CONFLICT (consumer, account) DO UPDATE SET last_applied = excluded.last_applied
-     )
-     DELETE FROM inbox_held WHERE consumer = $1 AND account = $3 AND sequence = $4 + 1
-     RETURNING instruction_id, kind, payload";
-
-async fn lean_apply(pool: &PgPool, message: &InboxMessage) -> Accepted {
-    let mut tx = pool.begin().await.unwrap();
-    let row = sqlx::query("SELECT processed, last_applied FROM bench_inbox_begin($1, $2, $3)")
-        .bind(CONSUMER)
-        .bind(&message.instruction_id)
-        .bind(message.account.as_str())
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
-    if row.get::<bool, _>("processed") {
-        tx.commit().await.unwrap();
-        return Accepted::Duplicate;
-    }
-    let last: i64 = row.get("last_applied");
-    // The bench's messages always come next; stale and held paths stay as they are.
-    assert_eq!(
-        message.sequence,
-        last as u64 + 1,
-        "prototype covers apply-next only"
-    );
-    upserts(&mut tx, message).await;
-    let held = sqlx::query(LEAN_MARK_AND_TAKE)
-        .bind(CONSUMER)
-        .bind(&message.instruction_id)
-        .bind(message.account.as_str())
-        .bind(message.sequence as i64)
-        .bind(message.kind.as_str())
-        .fetch_optional(&mut *tx)
-        .await
-        .unwrap();
-    assert!(held.is_none(), "prototype covers no release");
-    tx.commit().await.unwrap();
-    Accepted::Applied {
-        released: Vec::new(),
-    }
-}
-
-/// Prototype B: all the bookkeeping of the apply-next path in one call, before the
-/// handler runs (same transaction, so a failing handler still rolls it all back):
-/// claim, lock and read `last_applied`; when the message comes next, insert the
-/// marker, bump `last_applied` and take the held successor (applied after the
-/// handler, as the engine does). BEGIN, accept, 2 upserts, COMMIT: 5 round trips.
-const ONE_CALL_FN: &str = "CREATE FUNCTION bench_inbox_accept(consumer_name text, instruction text,
-        account_name text, seq bigint, kind_name text,
-        OUT o_verdict text, OUT o_last bigint, OUT o_held_id text, OUT o_held_kind text,
-        OUT o_held_payload bytea)
-    LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-    BEGIN
-        IF outbox_inbox_claim(consumer_name, instruction) THEN
-            o_verdict := 'duplicate';
-            RETURN;
-        END IF;
-        INSERT INTO inbox_accounts AS a (consumer, account, last_applied)
-        VALUES (consumer_name, account_name, 0)
-        ON CONFLICT (consumer, account) DO UPDATE SET last_applied = a.last_applied
-        RETURNING a.last_applied INTO o_last;
-        IF seq <> o_last + 1 THEN
-            o_verdict := 'not next';
-            RETURN;
-        END IF;
-        INSERT INTO inbox_messages (consumer, instruction_id, account, sequence, kind)
-        VALUES (consumer_name, instruction, account_name, seq, kind_name);
-        UPDATE inbox_accounts a SET last_applied = seq
-        WHERE a.consumer = consumer_name AND a.account = account_name;
-        DELETE FROM inbox_held h
-        WHERE h.consumer = consumer_name AND h.account = account_name AND h.sequence = seq + 1
-        RETURNING h.instruction_id, h.kind, h.payload INTO o_held_id, o_held_kind, o_held_payload;
-        o_verdict := 'apply';
-    END $$";
-
-/// Prototype C's handler: the message's deltas, summed per (account, asset), in one
-/// `unnest` upsert (a consumer-side change: `ApplyPostings`).
+/// The consumer's own statement: the deltas summed per (account, asset), one upsert.
 async fn one_upsert(conn: &mut PgConnection, message: &InboxMessage) {
     let mut summed = std::collections::BTreeMap::<(String, String), i64>::new();
     for d in deltas(message).unwrap() {
@@ -562,39 +445,43 @@ async fn one_upsert(conn: &mut PgConnection, message: &InboxMessage) {
     .unwrap();
 }
 
-async fn one_call_apply(pool: &PgPool, message: &InboxMessage, one_statement: bool) -> Accepted {
-    let mut tx = pool.begin().await.unwrap();
-    let row =
-        sqlx::query("SELECT o_verdict, o_held_id FROM bench_inbox_accept($1, $2, $3, $4, $5)")
-            .bind(CONSUMER)
-            .bind(&message.instruction_id)
-            .bind(message.account.as_str())
-            .bind(message.sequence as i64)
-            .bind(message.kind.as_str())
-            .fetch_one(&mut *tx)
-            .await
-            .unwrap();
-    // The bench's messages always come next; the other paths stay as they are.
-    assert_eq!(row.get::<String, _>("o_verdict"), "apply");
-    assert!(row.get::<Option<String>, _>("o_held_id").is_none());
-    if one_statement {
-        one_upsert(&mut tx, message).await;
-    } else {
-        upserts(&mut tx, message).await;
+async fn pg_raw(
+    url: &str,
+    schema: &str,
+    all: &[InboxMessage],
+    async_commit: bool,
+    one_statement: bool,
+) -> Duration {
+    let pool = pg_pool(url, schema).await;
+    let setting: String = sqlx::query_scalar("SELECT current_setting('synchronous_commit')")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        setting == "off",
+        async_commit,
+        "synchronous_commit={setting}"
+    );
+    let start = Instant::now();
+    for message in all {
+        let mut tx = pool.begin().await.unwrap();
+        if one_statement {
+            one_upsert(&mut tx, message).await;
+        } else {
+            upserts(&mut tx, message).await;
+        }
+        tx.commit().await.unwrap();
     }
-    tx.commit().await.unwrap();
-    Accepted::Applied {
-        released: Vec::new(),
-    }
+    start.elapsed()
 }
 
 #[derive(Clone, Copy, PartialEq)]
 enum PgSide {
+    /// The consumer's single upsert statement, no inbox.
+    RawOne,
+    /// One upsert statement per delta, no inbox.
     Raw,
     Inbox,
-    Lean,
-    OneCall,
-    OneCallOneUpsert,
 }
 
 async fn pg_run(
@@ -605,27 +492,10 @@ async fn pg_run(
     async_commit: bool,
 ) -> Duration {
     match side {
-        PgSide::Raw => return pg_raw(url, schema, all, async_commit).await,
-        PgSide::Inbox => return pg_inbox(url, schema, all).await,
-        PgSide::Lean | PgSide::OneCall | PgSide::OneCallOneUpsert => {}
+        PgSide::RawOne => pg_raw(url, schema, all, async_commit, true).await,
+        PgSide::Raw => pg_raw(url, schema, all, async_commit, false).await,
+        PgSide::Inbox => pg_inbox(url, schema, all).await,
     }
-    let pool = pg_pool(url, schema).await;
-    pool.execute(if side == PgSide::Lean {
-        LEAN_BEGIN_FN
-    } else {
-        ONE_CALL_FN
-    })
-    .await
-    .unwrap();
-    let start = Instant::now();
-    for message in all {
-        let accepted = match side {
-            PgSide::Lean => lean_apply(&pool, message).await,
-            _ => one_call_apply(&pool, message, side == PgSide::OneCallOneUpsert).await,
-        };
-        applied(&accepted);
-    }
-    start.elapsed()
 }
 
 /// The server's durability settings, for the header line.
@@ -671,28 +541,11 @@ async fn pg_section(args: &Args, accounts: usize, reps: usize) {
     let count = args.num("--pg-messages", 3_000);
     let all = messages(count, accounts);
     for async_commit in [false, true] {
-        let sides: &[(&str, PgSide)] = if async_commit {
-            &[
-                ("raw upserts (4 round trips)", PgSide::Raw),
-                ("PgTreasuryConsumer::apply_one (8)", PgSide::Inbox),
-                ("prototype A: 2 merged calls (6)", PgSide::Lean),
-                ("prototype B: one call (5)", PgSide::OneCall),
-                (
-                    "prototype C: B + 1 upsert stmt (4)",
-                    PgSide::OneCallOneUpsert,
-                ),
-            ]
-        } else {
-            &[
-                ("raw upserts (4 round trips)", PgSide::Raw),
-                ("PgTreasuryConsumer::apply_one (8)", PgSide::Inbox),
-                ("prototype B: one call (5)", PgSide::OneCall),
-                (
-                    "prototype C: B + 1 upsert stmt (4)",
-                    PgSide::OneCallOneUpsert,
-                ),
-            ]
-        };
+        let sides: &[(&str, PgSide)] = &[
+            ("raw, one upsert stmt (3 trips)", PgSide::RawOne),
+            ("raw, 2 upserts (4 round trips)", PgSide::Raw),
+            ("PgTreasuryConsumer::apply_one (4)", PgSide::Inbox),
+        ];
         let side_url = pg_url(&url, async_commit);
         let mut times: Vec<Vec<Duration>> = sides.iter().map(|_| Vec::new()).collect();
         for rep in 0..reps {

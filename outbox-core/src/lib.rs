@@ -22,7 +22,8 @@ pub use fanout::{
     MessageSink, Publisher, PublisherCapabilities, StoredMessage, Subscriber,
 };
 pub use inbox::{
-    Accepted, GapAlarm, Handler, HeldGap, HoldResult, Inbox, InboxEngine, InboxMessage, MessageKind,
+    Accepted, Claim, GapAlarm, Handler, HeldGap, HoldResult, Inbox, InboxEngine, InboxMessage,
+    MessageKind,
 };
 pub use ledger::{Balances, BulkItem, Ledger, LedgerCapabilities, LedgerTransaction, PostOutcome};
 pub use relay::{PollingRelay, Relay, Wakeup};

@@ -2,7 +2,8 @@
 
 use chrono::Utc;
 use outbox_core::{
-    Account, Error, ErrorKind, HeldGap, HoldResult, Inbox, InboxMessage, MessageKind, NewException,
+    Account, Claim, Error, ErrorKind, HeldGap, HoldResult, Inbox, InboxMessage, MessageKind,
+    NewException,
 };
 use sqlx::{PgConnection, Row};
 
@@ -190,6 +191,53 @@ impl Inbox for PgInbox<'_> {
             kind: MessageKind::parse(&kind).ok_or_else(|| corrupt("inbox_held.kind", &kind))?,
             payload: row.get("payload"),
         }))
+    }
+
+    async fn claim_next(
+        &mut self,
+        consumer: &str,
+        message: &InboxMessage,
+    ) -> outbox_core::Result<Claim> {
+        let row = sqlx::query(
+            "SELECT verdict, last, held_instruction, held_kind, held_payload
+             FROM outbox_inbox_claim_next($1, $2, $3, $4, $5)",
+        )
+        .bind(consumer)
+        .bind(&message.instruction_id)
+        .bind(message.account.as_str())
+        .bind(sequence_param(message.sequence)?)
+        .bind(message.kind.as_str())
+        .fetch_one(&mut *self.conn)
+        .await
+        .storage()?;
+        let verdict: String = row.get("verdict");
+        match verdict.as_str() {
+            "duplicate" => Ok(Claim::Duplicate),
+            "not next" => {
+                let last: i64 = row.get("last");
+                let last_applied = u64::try_from(last)
+                    .map_err(|_| corrupt("inbox_accounts.last_applied", last))?;
+                Ok(Claim::NotNext { last_applied })
+            }
+            "claimed" => {
+                let next_held = match row.get::<Option<String>, _>("held_instruction") {
+                    None => None,
+                    Some(instruction_id) => {
+                        let kind: String = row.get("held_kind");
+                        Some(InboxMessage {
+                            instruction_id,
+                            account: message.account.clone(),
+                            sequence: message.sequence + 1,
+                            kind: MessageKind::parse(&kind)
+                                .ok_or_else(|| corrupt("inbox_held.kind", &kind))?,
+                            payload: row.get("held_payload"),
+                        })
+                    }
+                };
+                Ok(Claim::Claimed { next_held })
+            }
+            other => Err(corrupt("outbox_inbox_claim_next.verdict", other)),
+        }
     }
 
     async fn record_exception(&mut self, exception: &NewException) -> outbox_core::Result<bool> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 
-use super::{HoldResult, Inbox, InboxMessage, MessageKind};
+use super::{Claim, HoldResult, Inbox, InboxMessage, MessageKind};
 use crate::domain::Account;
 use crate::error::Result;
 use crate::exception::{ExceptionKind, NewException};
@@ -114,54 +114,58 @@ impl InboxEngine {
         handler: &mut H,
     ) -> Result<Accepted> {
         let consumer = self.consumer.as_str();
-        if inbox
-            .is_processed(consumer, &message.instruction_id)
-            .await?
-        {
-            return Ok(Accepted::Duplicate);
-        }
-        let last_applied = inbox.last_applied(consumer, &message.account).await?;
-        if message.sequence <= last_applied {
-            let detail = format!(
-                "instruction {} at sequence {} arrived after sequence {last_applied} was applied",
-                message.instruction_id, message.sequence
-            );
-            tracing::warn!(consumer, account = %message.account, sequence = message.sequence, "{detail}");
-            inbox
-                .record_exception(&self.exception(
-                    ExceptionKind::StaleSequence,
-                    &message.account,
-                    message.sequence,
-                    detail,
-                ))
-                .await?;
-            return Ok(Accepted::Stale { last_applied });
-        }
-        if message.sequence > last_applied + 1 {
-            return self.hold(inbox, message, last_applied + 1).await;
-        }
-        self.apply(inbox, &message, handler).await?;
+        // Marked before the impact is written: both commit or roll back together.
+        let mut next = match inbox.claim_next(consumer, &message).await? {
+            Claim::Duplicate => return Ok(Accepted::Duplicate),
+            Claim::Claimed { next_held } => next_held,
+            Claim::NotNext { last_applied } if message.sequence > last_applied => {
+                return self.hold(inbox, message, last_applied + 1).await;
+            }
+            Claim::NotNext { last_applied } => {
+                let detail = format!(
+                    "instruction {} at sequence {} arrived after sequence {last_applied} was applied",
+                    message.instruction_id, message.sequence
+                );
+                tracing::warn!(consumer, account = %message.account, sequence = message.sequence, "{detail}");
+                inbox
+                    .record_exception(&self.exception(
+                        ExceptionKind::StaleSequence,
+                        &message.account,
+                        message.sequence,
+                        detail,
+                    ))
+                    .await?;
+                return Ok(Accepted::Stale { last_applied });
+            }
+        };
+        self.impact(inbox, &message, handler).await?;
         let mut released = Vec::new();
-        let mut next = message.sequence + 1;
-        while let Some(held) = inbox.take_held(consumer, &message.account, next).await? {
-            self.apply(inbox, &held, handler).await?;
-            released.push(next);
-            next += 1;
+        while let Some(held) = next {
+            // Released, not claimed: it was new when it was held, and taking its
+            // instruction's claim lock here, under the account's row lock, could
+            // deadlock with a worker holding that claim and waiting for the row.
+            inbox.mark_applied(consumer, &held).await?;
+            next = inbox
+                .take_held(consumer, &held.account, held.sequence + 1)
+                .await?;
+            self.impact(inbox, &held, handler).await?;
+            released.push(held.sequence);
         }
         Ok(Accepted::Applied { released })
     }
 
-    async fn apply<I: Inbox, H: Handler<I>>(
+    /// Writes a message's impact; a rejection notice only consumes its sequence (the
+    /// ledger moved no money).
+    async fn impact<I: Inbox, H: Handler<I>>(
         &self,
         inbox: &mut I,
         message: &InboxMessage,
         handler: &mut H,
     ) -> Result<()> {
-        // A rejection notice only consumes its sequence: the ledger moved no money.
-        if message.kind != MessageKind::Rejected {
-            handler.apply(inbox, message).await?;
+        if message.kind == MessageKind::Rejected {
+            return Ok(());
         }
-        inbox.mark_applied(&self.consumer, message).await
+        handler.apply(inbox, message).await
     }
 
     async fn hold<I: Inbox>(

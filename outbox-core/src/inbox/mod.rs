@@ -59,6 +59,18 @@ pub enum HoldResult {
     },
 }
 
+/// What [`Inbox::claim_next`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The instruction was already processed.
+    Duplicate,
+    /// The message does not come next: stale (`sequence <= last_applied`) or after a gap.
+    NotNext { last_applied: u64 },
+    /// Marked applied; `next_held` is the held message right after it, taken out of
+    /// the gap queue (it comes next now).
+    Claimed { next_held: Option<InboxMessage> },
+}
+
 /// The oldest held message of one account: the gap sits right before it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldGap {
@@ -99,4 +111,24 @@ pub trait Inbox {
     async fn record_exception(&mut self, exception: &NewException) -> Result<bool>;
     /// For each account with held messages: its high-water mark and lowest held message.
     async fn held_gaps(&mut self, consumer: &str) -> Result<Vec<HeldGap>>;
+
+    /// The engine's common path in one step: if `message` is new and comes next for
+    /// its account, mark it applied and take the held message right after it.
+    ///
+    /// The default composes the methods above; a store whose every call is a round
+    /// trip (Postgres) does it in one. Must behave exactly like the default.
+    async fn claim_next(&mut self, consumer: &str, message: &InboxMessage) -> Result<Claim> {
+        if self.is_processed(consumer, &message.instruction_id).await? {
+            return Ok(Claim::Duplicate);
+        }
+        let last_applied = self.last_applied(consumer, &message.account).await?;
+        if message.sequence != last_applied + 1 {
+            return Ok(Claim::NotNext { last_applied });
+        }
+        self.mark_applied(consumer, message).await?;
+        let next_held = self
+            .take_held(consumer, &message.account, message.sequence + 1)
+            .await?;
+        Ok(Claim::Claimed { next_held })
+    }
 }
