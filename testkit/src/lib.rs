@@ -7,6 +7,7 @@
 
 pub mod fanout_cases;
 pub mod fixtures;
+pub mod forwarder;
 pub mod harness;
 pub mod inbox_cases;
 pub mod null_ledger;

@@ -274,7 +274,7 @@ pub async fn broker_restart_mid_stream_loses_nothing(h: &impl TransportHarness) 
     };
     let store = h.fanout_store().await;
     let consumer = h.consumer().await;
-    let running = run_subscriber(dest.subscriber().await, consumer.clone());
+    let mut running = run_subscriber(dest.subscriber().await, consumer.clone());
     let (stop_loop, shutdown) = watch::channel(false);
     let config = FanoutConfig {
         poll_interval: Duration::from_millis(20),
@@ -310,6 +310,10 @@ pub async fn broker_restart_mid_stream_loses_nothing(h: &impl TransportHarness) 
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     dest.start_broker().await;
+    if !dest.consumers_survive_restart() {
+        running.stop().await;
+        running = run_subscriber(dest.subscriber().await, consumer.clone());
+    }
 
     wait_until("all 100 applied after the restart", || {
         consumer.applied().len() >= 100

@@ -52,6 +52,14 @@ pub trait Destination: Send + Sync {
     /// Starts it again and returns once it accepts connections (recreating what a
     /// memory-only broker forgot).
     async fn start_broker(&self);
+    /// Whether consumers keep their place across a broker restart. A Kafka-protocol
+    /// broker with memory storage (Tansu in tests) forgets the topic and the group's
+    /// offsets: the topic is recreated with offsets from 0 again, and a consumer
+    /// positioned past them would wait for offsets that are not coming, so the case
+    /// starts a new subscriber after the restart. Real Kafka keeps both.
+    fn consumers_survive_restart(&self) -> bool {
+        true
+    }
     /// The faults this transport can inject, each with its expected classification.
     async fn faults(&self) -> Vec<InjectedFault>;
     /// Removes what the destination created.

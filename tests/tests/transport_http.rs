@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::hop2::{Probe, TcpForwarder, sqlite_fanout_store};
+use common::hop2::{Probe, sqlite_fanout_store};
 use outbox_core::{ErrorKind, FanoutStore, MessageKind, MessageSink, Publisher, Subscriber};
+use outbox_testkit::forwarder::TcpForwarder;
 use outbox_testkit::transport_cases::message;
 use outbox_testkit::{Destination, InjectedFault, ProbeConsumer, TransportHarness};
 use outbox_transport_http::{

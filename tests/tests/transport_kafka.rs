@@ -76,9 +76,17 @@ impl Destination for KafkaDestination {
 
     async fn start_broker(&self) {
         let own = self.own.as_ref().expect("a restartable destination");
-        own.lock().await.restart().await;
-        // Memory storage: the topic is gone with the old process.
-        make_topic(&self.brokers, &self.topic).await.unwrap();
+        // Memory storage: the topic is gone with the old process; it is recreated
+        // before clients get through again.
+        own.lock()
+            .await
+            .restart_with_topics(&[(&self.topic, PARTITIONS as u32)])
+            .await;
+    }
+
+    fn consumers_survive_restart(&self) -> bool {
+        // Tansu with memory storage: the group's offsets go with the process.
+        false
     }
 
     async fn faults(&self) -> Vec<InjectedFault> {

@@ -444,8 +444,7 @@ async fn broker_restart_reports_unconfirmed_messages_and_recovers() {
     }
 
     // Same port, empty memory storage: the topic has to be created again.
-    broker.restart().await;
-    ensure_topic(&brokers, &topic, 2).await;
+    broker.restart_with_topics(&[(&topic, 2)]).await;
     let mut confirmed = false;
     for _ in 0..10 {
         let results = tokio::time::timeout(Duration::from_secs(30), publisher.publish(&during))

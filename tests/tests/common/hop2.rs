@@ -1,7 +1,6 @@
-//! Hop 2 test parts: a probe consumer on the real SQLite inbox, a fresh SQLite
-//! fan-out store, and a TCP forwarder that can be cut to play a network outage.
+//! Hop 2 test parts: a probe consumer on the real SQLite inbox and a fresh SQLite
+//! fan-out store.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,8 +9,6 @@ use outbox_bins::consumer::TreasuryConsumer;
 use outbox_core::{FanoutMessage, FanoutStore, MessageSink, Result};
 use outbox_store_sqlite::{SqliteConfig, SqliteFanoutStore};
 use outbox_testkit::ProbeConsumer;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 
 /// The reference treasury consumer (SQLite inbox) that also remembers what it was handed.
 pub struct Probe {
@@ -77,56 +74,4 @@ pub async fn sqlite_fanout_store() -> Arc<dyn FanoutStore> {
     // The directory must outlive the store; tests are short, so leak the guard.
     std::mem::forget(dir);
     Arc::new(store)
-}
-
-/// Forwards a loopback port to a target; `cut` drops the listener and every
-/// connection (the peer sees the endpoint vanish), `restore` listens again.
-pub struct TcpForwarder {
-    pub listen: SocketAddr,
-    target: SocketAddr,
-    task: Mutex<Option<JoinHandle<()>>>,
-}
-
-impl TcpForwarder {
-    pub async fn start(target: SocketAddr) -> Arc<Self> {
-        let listen: SocketAddr = ([127, 0, 0, 1], outbox_testkit::tansu::free_port()).into();
-        let forwarder = Arc::new(Self {
-            listen,
-            target,
-            task: Mutex::new(None),
-        });
-        forwarder.restore().await;
-        forwarder
-    }
-
-    pub async fn restore(&self) {
-        let listener = TcpListener::bind(self.listen)
-            .await
-            .expect("bind the forwarder");
-        let target = self.target;
-        let task = tokio::spawn(async move {
-            let mut pipes = tokio::task::JoinSet::new();
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                pipes.spawn(async move {
-                    if let Ok(mut outbound) = TcpStream::connect(target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-            }
-        });
-        *self.task.lock().unwrap() = Some(task);
-    }
-
-    /// Aborting the task drops the listener and, with the JoinSet, every pipe.
-    pub fn cut(&self) {
-        if let Some(task) = self.task.lock().unwrap().take() {
-            task.abort();
-        }
-    }
-}
-
-impl Drop for TcpForwarder {
-    fn drop(&mut self) {
-        self.cut();
-    }
 }
