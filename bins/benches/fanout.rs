@@ -32,6 +32,8 @@
 //! An unreachable broker is skipped with a message. Topics, queues and exchanges
 //! created here are deleted at the end.
 
+use outbox_testkit::bench_args::Args;
+use outbox_testkit::fixtures::ledger_transaction_payload as payload;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -82,58 +84,8 @@ fn kafka_config(topic: &str) -> PublisherConfig {
 // ---------------------------------------------------------------------------------------
 // Arguments
 
-struct Args(Vec<String>);
-
-impl Args {
-    fn value(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .position(|a| a == name)
-            .and_then(|i| self.0.get(i + 1))
-            .map(String::as_str)
-    }
-
-    fn num(&self, name: &str, default: usize) -> usize {
-        self.value(name)
-            .and_then(|v| v.replace('_', "").parse().ok())
-            .unwrap_or(default)
-    }
-
-    fn list(&self, name: &str, default: &[usize]) -> Vec<usize> {
-        self.value(name)
-            .map(|v| {
-                v.split(',')
-                    .filter_map(|n| n.trim().replace('_', "").parse().ok())
-                    .collect::<Vec<usize>>()
-            })
-            .filter(|l| !l.is_empty())
-            .unwrap_or_else(|| default.to_vec())
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Messages
-
-/// A ledger transaction as the ledger's webhook carries it (~400 bytes).
-fn payload(account: usize, sequence: u64, tx_id: u64, instruction_id: &str) -> Vec<u8> {
-    let amount = 1_000_000 + (tx_id % 97) * 1_250;
-    format!(
-        concat!(
-            r#"{{"id":{tx},"postings":[{{"source":"merchants:{a}:available","#,
-            r#""destination":"merchants:{a}:payouts:pending","amount":{amount},"asset":"USD/2"}}],"#,
-            r#""metadata":{{"outbox_event_id":"{id}","outbox_account":"merchants:{a}","#,
-            r#""outbox_sequence":"{seq}","event_type":"payout.requested"}},"#,
-            r#""timestamp":"2025-03-14T09:26:53.589793Z","insertedAt":"2025-03-14T09:26:53.612345Z","#,
-            r#""reference":"payout-{id}","reverted":false}}"#
-        ),
-        tx = tx_id,
-        a = account,
-        amount = amount,
-        id = instruction_id,
-        seq = sequence,
-    )
-    .into_bytes()
-}
 
 /// `count` committed messages, account `n % accounts` for message `n`, each account's
 /// sequences 1, 2, … in position order.
@@ -790,7 +742,7 @@ async fn amqp_section(args: &Args, all: &[FanoutMessage], dir: &std::path::Path,
 }
 
 fn main() {
-    let args = Args(std::env::args().collect());
+    let args = Args::from_env();
     let _ = LINGER_MS.set(args.value("--linger").map(str::to_owned));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

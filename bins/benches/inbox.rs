@@ -32,6 +32,8 @@
 //! `outbox_bench_<run>_<side>`, dropped at the end (also on panic). An unreachable
 //! server is skipped with a message.
 
+use outbox_testkit::bench_args::Args;
+use outbox_testkit::fixtures::ledger_transaction_payload as payload;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -55,47 +57,8 @@ const UPSERT_PG: &str = "INSERT INTO treasury_balances (account, asset, balance)
 // ---------------------------------------------------------------------------------------
 // Arguments
 
-struct Args(Vec<String>);
-
-impl Args {
-    fn value(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .position(|a| a == name)
-            .and_then(|i| self.0.get(i + 1))
-            .map(String::as_str)
-    }
-
-    fn num(&self, name: &str, default: usize) -> usize {
-        self.value(name)
-            .and_then(|v| v.replace('_', "").parse().ok())
-            .unwrap_or(default)
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Messages
-
-/// A ledger transaction as the ledger's webhook carries it (~400 bytes).
-fn payload(account: usize, sequence: u64, tx_id: u64, instruction_id: &str) -> Vec<u8> {
-    let amount = 1_000_000 + (tx_id % 97) * 1_250;
-    format!(
-        concat!(
-            r#"{{"id":{tx},"postings":[{{"source":"merchants:{a}:available","#,
-            r#""destination":"merchants:{a}:payouts:pending","amount":{amount},"asset":"USD/2"}}],"#,
-            r#""metadata":{{"outbox_event_id":"{id}","outbox_account":"merchants:{a}","#,
-            r#""outbox_sequence":"{seq}","event_type":"payout.requested"}},"#,
-            r#""timestamp":"2025-03-14T09:26:53.589793Z","insertedAt":"2025-03-14T09:26:53.612345Z","#,
-            r#""reference":"payout-{id}","reverted":false}}"#
-        ),
-        tx = tx_id,
-        a = account,
-        amount = amount,
-        id = instruction_id,
-        seq = sequence,
-    )
-    .into_bytes()
-}
 
 /// `count` committed messages, account `n % accounts` for message `n`, each account's
 /// sequences 1, 2, … in order.
@@ -575,7 +538,7 @@ async fn pg_section(args: &Args, accounts: usize, reps: usize) {
 }
 
 fn main() {
-    let args = Args(std::env::args().collect());
+    let args = Args::from_env();
     let accounts = args.num("--accounts", 1_000).max(1);
     let reps = args.num("--reps", 2).max(1);
     let only = args.value("--only").unwrap_or("").to_owned();

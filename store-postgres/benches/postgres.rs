@@ -37,6 +37,7 @@
 //! The server comes from `OUTBOX_BENCH_POSTGRES_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`; `wal_level=logical` for section 3).
 
+use outbox_testkit::bench_args::Args;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -67,35 +68,6 @@ const DRAIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 // ---------------------------------------------------------------------------------------
 // Arguments
-
-struct Args(Vec<String>);
-
-impl Args {
-    fn value(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .position(|a| a == name)
-            .and_then(|i| self.0.get(i + 1))
-            .map(String::as_str)
-    }
-
-    fn num(&self, name: &str, default: usize) -> usize {
-        self.value(name)
-            .and_then(|v| v.replace('_', "").parse().ok())
-            .unwrap_or(default)
-    }
-
-    fn list(&self, name: &str, default: &[usize]) -> Vec<usize> {
-        self.value(name)
-            .map(|v| {
-                v.split(',')
-                    .filter_map(|n| n.trim().replace('_', "").parse().ok())
-                    .collect::<Vec<usize>>()
-            })
-            .filter(|l| !l.is_empty())
-            .unwrap_or_else(|| default.to_vec())
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // Server objects this run creates, dropped at the end (also on panic)
@@ -1225,7 +1197,7 @@ fn main() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let args = Args(std::env::args().collect());
+        let args = Args::from_env();
         let sections = args.value("--sections").unwrap_or("1234").to_owned();
         let url = std::env::var("OUTBOX_BENCH_POSTGRES_URL")
             .unwrap_or_else(|_| DEFAULT_URL.to_owned());

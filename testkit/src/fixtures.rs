@@ -115,3 +115,31 @@ pub fn rejection_notice(instruction_id: &str, merchant: &str, sequence: u64) -> 
         .into_bytes(),
     }
 }
+
+/// A ledger transaction as the ledger's webhook carries it (~400 bytes).
+/// A Formance ledger transaction as Hop 2 carries it (~460 bytes): one payout posting
+/// of merchant `account` with the outbox metadata, for benchmarks.
+pub fn ledger_transaction_payload(
+    account: usize,
+    sequence: u64,
+    tx_id: u64,
+    instruction_id: &str,
+) -> Vec<u8> {
+    let amount = 1_000_000 + (tx_id % 97) * 1_250;
+    format!(
+        concat!(
+            r#"{{"id":{tx},"postings":[{{"source":"merchants:{a}:available","#,
+            r#""destination":"merchants:{a}:payouts:pending","amount":{amount},"asset":"USD/2"}}],"#,
+            r#""metadata":{{"outbox_event_id":"{id}","outbox_account":"merchants:{a}","#,
+            r#""outbox_sequence":"{seq}","event_type":"payout.requested"}},"#,
+            r#""timestamp":"2025-03-14T09:26:53.589793Z","insertedAt":"2025-03-14T09:26:53.612345Z","#,
+            r#""reference":"payout-{id}","reverted":false}}"#
+        ),
+        tx = tx_id,
+        a = account,
+        amount = amount,
+        id = instruction_id,
+        seq = sequence,
+    )
+    .into_bytes()
+}

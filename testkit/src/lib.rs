@@ -5,6 +5,7 @@
 //! `#[tokio::test]` per case for a backend, so a failure names its case and its
 //! backend. Each test gets a fresh harness (a fresh database file or schema).
 
+pub mod bench_args;
 pub mod fanout_cases;
 pub mod fixtures;
 pub mod forwarder;
