@@ -37,7 +37,7 @@ use outbox_testkit::fixtures::ledger_transaction_payload as payload;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use outbox_bins::consumer::{PgTreasuryConsumer, TreasuryConsumer, deltas};
+use outbox_bins::consumer::{PgTreasuryConsumer, TreasuryConsumer, deltas, write_impact};
 use outbox_core::{Accepted, Account, InboxMessage, MessageKind};
 use outbox_store_postgres::{PgConfig, PgStore};
 use outbox_store_sqlite::{SqliteConfig, connect};
@@ -383,31 +383,6 @@ async fn upserts(conn: &mut PgConnection, message: &InboxMessage) {
     }
 }
 
-/// The consumer's own statement: the deltas summed per (account, asset), one upsert.
-async fn one_upsert(conn: &mut PgConnection, message: &InboxMessage) {
-    let mut summed = std::collections::BTreeMap::<(String, String), i64>::new();
-    for d in deltas(message).unwrap() {
-        *summed.entry((d.account, d.asset)).or_default() += d.amount;
-    }
-    let (mut accounts, mut assets, mut amounts) = (Vec::new(), Vec::new(), Vec::new());
-    for ((account, asset), amount) in summed {
-        accounts.push(account);
-        assets.push(asset);
-        amounts.push(amount);
-    }
-    sqlx::query(
-        "INSERT INTO treasury_balances (account, asset, balance)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
-         ON CONFLICT (account, asset) DO UPDATE SET balance = treasury_balances.balance + excluded.balance",
-    )
-    .bind(accounts)
-    .bind(assets)
-    .bind(amounts)
-    .execute(&mut *conn)
-    .await
-    .unwrap();
-}
-
 async fn pg_raw(
     url: &str,
     schema: &str,
@@ -429,7 +404,8 @@ async fn pg_raw(
     for message in all {
         let mut tx = pool.begin().await.unwrap();
         if one_statement {
-            one_upsert(&mut tx, message).await;
+            // The consumer's own impact writer (one summed upsert), without the inbox.
+            write_impact(&mut tx, message).await.unwrap();
         } else {
             upserts(&mut tx, message).await;
         }

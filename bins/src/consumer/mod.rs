@@ -13,4 +13,4 @@ pub use stats::ConsumerStats;
 #[cfg(feature = "sqlite")]
 pub use treasury::TreasuryConsumer;
 #[cfg(feature = "postgres")]
-pub use treasury_pg::PgTreasuryConsumer;
+pub use treasury_pg::{PgTreasuryConsumer, write_impact};

@@ -10,7 +10,7 @@ use outbox_core::{
     Accepted, FanoutMessage, GapAlarm, Handler, InboxEngine, InboxMessage, MessageSink, Result,
 };
 use outbox_store_postgres::{PgConfig, PgInbox, PgStore, map_error};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use super::impact::deltas;
 use super::stats::ConsumerStats;
@@ -23,42 +23,47 @@ pub struct PgTreasuryConsumer {
     stats: Arc<ConsumerStats>,
 }
 
-/// Writes a message's deltas through the inbox's transaction, summed per (account,
-/// asset) into one statement: one round trip whatever the number of postings (a
-/// single upsert may not touch the same row twice, hence the sums).
+/// Writes a message's deltas through the inbox's transaction.
 struct ApplyPostings;
 
 impl Handler<PgInbox<'_>> for ApplyPostings {
     async fn apply(&mut self, inbox: &mut PgInbox<'_>, message: &InboxMessage) -> Result<()> {
-        let mut summed: BTreeMap<(String, String), i64> = BTreeMap::new();
-        for d in deltas(message)? {
-            let total = summed.entry((d.account, d.asset)).or_default();
-            *total = total.checked_add(d.amount).ok_or_else(|| {
-                outbox_core::Error::invalid("postings", "the amounts overflow a signed 64-bit sum")
-            })?;
-        }
-        if summed.is_empty() {
-            return Ok(());
-        }
-        let (mut accounts, mut assets, mut amounts) = (Vec::new(), Vec::new(), Vec::new());
-        for ((account, asset), amount) in summed {
-            accounts.push(account);
-            assets.push(asset);
-            amounts.push(amount);
-        }
-        sqlx::query(
-            "INSERT INTO treasury_balances (account, asset, balance)
-             SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
-             ON CONFLICT (account, asset) DO UPDATE SET balance = treasury_balances.balance + excluded.balance",
-        )
-        .bind(accounts)
-        .bind(assets)
-        .bind(amounts)
-        .execute(&mut *inbox.connection())
-        .await
-        .map_err(map_error)?;
-        Ok(())
+        write_impact(inbox.connection(), message).await
     }
+}
+
+/// Writes a message's treasury impact on `conn`, summed per (account, asset) into one
+/// statement: one round trip whatever the number of postings (a single upsert may not
+/// touch the same row twice, hence the sums).
+pub async fn write_impact(conn: &mut PgConnection, message: &InboxMessage) -> Result<()> {
+    let mut summed: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for d in deltas(message)? {
+        let total = summed.entry((d.account, d.asset)).or_default();
+        *total = total.checked_add(d.amount).ok_or_else(|| {
+            outbox_core::Error::invalid("postings", "the amounts overflow a signed 64-bit sum")
+        })?;
+    }
+    if summed.is_empty() {
+        return Ok(());
+    }
+    let (mut accounts, mut assets, mut amounts) = (Vec::new(), Vec::new(), Vec::new());
+    for ((account, asset), amount) in summed {
+        accounts.push(account);
+        assets.push(asset);
+        amounts.push(amount);
+    }
+    sqlx::query(
+        "INSERT INTO treasury_balances (account, asset, balance)
+         SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
+         ON CONFLICT (account, asset) DO UPDATE SET balance = treasury_balances.balance + excluded.balance",
+    )
+    .bind(accounts)
+    .bind(assets)
+    .bind(amounts)
+    .execute(conn)
+    .await
+    .map_err(map_error)?;
+    Ok(())
 }
 
 impl PgTreasuryConsumer {
