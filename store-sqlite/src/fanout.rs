@@ -2,18 +2,16 @@
 //! SQLite file.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use outbox_core::{
     Account, AppendOutcome, Error, FanoutMessage, FanoutStore, MessageKind, StoredMessage,
 };
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 use crate::config::SqliteConfig;
-use crate::connection::{connect, migrate};
 use crate::error::SqliteResultExt;
-use crate::store::join_error;
+use crate::shared::SharedConnection;
 use crate::time;
 
 /// The fan-out log on SQLite (tables `fanout_deliveries`, `fanout_messages`,
@@ -26,18 +24,13 @@ use crate::time;
 /// processes too: `read_after(cursor)` cannot skip a late commit.
 #[derive(Clone)]
 pub struct SqliteFanoutStore {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    config: SqliteConfig,
-    conn: Mutex<Connection>,
+    shared: SharedConnection,
 }
 
 impl std::fmt::Debug for SqliteFanoutStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteFanoutStore")
-            .field("path", &self.inner.config.path)
+            .field("path", &self.shared.config().path)
             .finish()
     }
 }
@@ -49,44 +42,17 @@ impl SqliteFanoutStore {
     /// Storage errors; BUSY (another writer held the lock beyond `busy_timeout`) is
     /// transient.
     pub async fn open(config: SqliteConfig) -> outbox_core::Result<Self> {
-        tokio::task::spawn_blocking(move || {
-            let mut conn = connect(&config)?;
-            migrate(&mut conn)?;
-            Ok(Self {
-                inner: Arc::new(Inner {
-                    config,
-                    conn: Mutex::new(conn),
-                }),
-            })
+        Ok(Self {
+            shared: SharedConnection::open(config).await?,
         })
-        .await
-        .map_err(join_error)?
     }
 
     pub fn path(&self) -> &Path {
-        &self.inner.config.path
+        &self.shared.config().path
     }
 
     pub fn config(&self) -> &SqliteConfig {
-        &self.inner.config
-    }
-
-    /// Runs `f` on the store's connection off the async runtime.
-    async fn with_conn<T, F>(&self, f: F) -> outbox_core::Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Connection) -> outbox_core::Result<T> + Send + 'static,
-    {
-        let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || {
-            let mut conn = inner
-                .conn
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            f(&mut conn)
-        })
-        .await
-        .map_err(join_error)?
+        self.shared.config()
     }
 }
 
@@ -182,7 +148,7 @@ impl FanoutStore for SqliteFanoutStore {
             .map(NewRow::from_message)
             .collect::<outbox_core::Result<Vec<_>>>()
             .map_err(|e| e.with("delivery_id", delivery_id))?;
-        self.with_conn(move |conn| {
+        self.shared.run(move |conn| {
             // IMMEDIATE: the write lock is taken (or BUSY, transient) before anything
             // is read, and every position of this append is drawn under it.
             let tx = conn
@@ -257,44 +223,47 @@ impl FanoutStore for SqliteFanoutStore {
         // Positions are at most i64::MAX: anything above reads nothing.
         let after = i64::try_from(after).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.with_conn(move |conn| {
-            let mut stmt = conn
+        self.shared
+            .run(move |conn| {
+                let mut stmt = conn
                 .prepare_cached(
                     "SELECT position, instruction_id, account, sequence, kind, ledger, ledger_tx_id,
                             traceparent, tracestate, payload, received_at
                      FROM fanout_messages WHERE position > ?1 ORDER BY position LIMIT ?2",
                 )
                 .storage()?;
-            let rows = stmt
-                .query_map(params![after, limit], message_from_row)
-                .storage()?;
-            rows.collect::<rusqlite::Result<Vec<_>>>().storage()
-        })
-        .await
+                let rows = stmt
+                    .query_map(params![after, limit], message_from_row)
+                    .storage()?;
+                rows.collect::<rusqlite::Result<Vec<_>>>().storage()
+            })
+            .await
     }
 
     async fn load_cursor(&self, transport: &str) -> outbox_core::Result<u64> {
         let transport = transport.to_owned();
-        self.with_conn(move |conn| {
-            let position: Option<i64> = conn
-                .prepare_cached("SELECT position FROM fanout_cursors WHERE transport = ?1")
-                .storage()?
-                .query_row([&transport], |row| row.get(0))
-                .optional()
-                .storage()?;
-            position
-                .map_or(Ok(0), |p| unsigned("fanout_cursors.position", p))
-                .storage()
-        })
-        .await
+        self.shared
+            .run(move |conn| {
+                let position: Option<i64> = conn
+                    .prepare_cached("SELECT position FROM fanout_cursors WHERE transport = ?1")
+                    .storage()?
+                    .query_row([&transport], |row| row.get(0))
+                    .optional()
+                    .storage()?;
+                position
+                    .map_or(Ok(0), |p| unsigned("fanout_cursors.position", p))
+                    .storage()
+            })
+            .await
     }
 
     async fn save_cursor(&self, transport: &str, position: u64) -> outbox_core::Result<()> {
         let transport = transport.to_owned();
         let position = to_i64("position", position)?;
-        self.with_conn(move |conn| {
-            // Forward only: a lower value (a slower instance, a stale retry) is ignored.
-            conn.prepare_cached(
+        self.shared
+            .run(move |conn| {
+                // Forward only: a lower value (a slower instance, a stale retry) is ignored.
+                conn.prepare_cached(
                 "INSERT INTO fanout_cursors (transport, position, updated_at) VALUES (?1, ?2, ?3)
                  ON CONFLICT (transport) DO UPDATE
                  SET position = excluded.position, updated_at = excluded.updated_at
@@ -304,7 +273,7 @@ impl FanoutStore for SqliteFanoutStore {
             .execute(params![transport, position, time::now_micros()])
             .storage()
             .map(drop)
-        })
-        .await
+            })
+            .await
     }
 }

@@ -6,6 +6,7 @@ mod enqueue;
 mod error;
 mod fanout;
 mod inbox;
+mod shared;
 mod store;
 mod time;
 mod wakeup;

@@ -1,7 +1,6 @@
 //! `SqliteStore`: the relay-side `Store` on one SQLite file.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,26 +12,22 @@ use outbox_core::{
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::config::SqliteConfig;
-use crate::connection::{connect, migrate};
+use crate::connection::connect;
 use crate::error::SqliteResultExt;
+use crate::shared::SharedConnection;
 use crate::{time, wakeup};
 
 /// The outbox store on SQLite. Cheap to clone; clones share one connection.
 #[derive(Clone)]
 pub struct SqliteStore {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    config: SqliteConfig,
-    conn: Mutex<Connection>,
+    shared: SharedConnection,
     wakeup: Wakeup,
 }
 
 impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteStore")
-            .field("path", &self.inner.config.path)
+            .field("path", &self.shared.config().path)
             .finish()
     }
 }
@@ -40,64 +35,31 @@ impl std::fmt::Debug for SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) and migrates the database.
     pub async fn open(config: SqliteConfig) -> outbox_core::Result<Self> {
-        tokio::task::spawn_blocking(move || {
-            let mut conn = connect(&config)?;
-            migrate(&mut conn)?;
-            let wakeup = wakeup::for_path(conn.path().unwrap_or_default());
-            Ok(Self {
-                inner: Arc::new(Inner {
-                    config,
-                    conn: Mutex::new(conn),
-                    wakeup,
-                }),
-            })
-        })
-        .await
-        .map_err(join_error)?
+        let shared = SharedConnection::open(config).await?;
+        // Keyed on the path SQLite resolved, so every store of one file shares it.
+        let wakeup = shared
+            .run(|conn| Ok(wakeup::for_path(conn.path().unwrap_or_default())))
+            .await?;
+        Ok(Self { shared, wakeup })
     }
 
     pub fn path(&self) -> &Path {
-        &self.inner.config.path
+        &self.shared.config().path
     }
 
     pub fn config(&self) -> &SqliteConfig {
-        &self.inner.config
+        self.shared.config()
     }
 
     /// A new connection to the same file, for the caller's own transactions.
     pub fn connect(&self) -> outbox_core::Result<Connection> {
-        connect(&self.inner.config)
+        connect(self.shared.config())
     }
 
     /// The default polling relay over this store, woken by enqueues in this process.
     pub async fn polling_relay(&self, name: &str) -> outbox_core::Result<PollingRelay<Self>> {
-        PollingRelay::open(self.clone(), name, Some(self.inner.wakeup.clone())).await
+        PollingRelay::open(self.clone(), name, Some(self.wakeup.clone())).await
     }
-
-    /// Runs `f` on the store's connection off the async runtime.
-    async fn with_conn<T, F>(&self, f: F) -> outbox_core::Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Connection) -> outbox_core::Result<T> + Send + 'static,
-    {
-        let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || {
-            let mut conn = inner
-                .conn
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            f(&mut conn)
-        })
-        .await
-        .map_err(join_error)?
-    }
-}
-
-pub(crate) fn join_error(err: tokio::task::JoinError) -> Error {
-    Error::new(
-        ErrorKind::Internal,
-        format!("sqlite worker task failed: {err}"),
-    )
 }
 
 fn row_position(position: Option<Position>) -> outbox_core::Result<i64> {
@@ -201,40 +163,42 @@ impl Store for SqliteStore {
         limit: usize,
     ) -> outbox_core::Result<Vec<OutboxEvent>> {
         let after = row_position(after)?;
-        self.with_conn(move |conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT position, event_id, account, sequence, payload, created_at
+        self.shared
+            .run(move |conn| {
+                let mut stmt = conn
+                    .prepare_cached(
+                        "SELECT position, event_id, account, sequence, payload, created_at
                      FROM outbox_events WHERE position > ?1 ORDER BY position LIMIT ?2",
-                )
-                .storage()?;
-            let rows = stmt
-                .query_map(params![after, limit as i64], event_from_row)
-                .storage()?;
-            rows.collect::<rusqlite::Result<Vec<_>>>().storage()
-        })
-        .await
+                    )
+                    .storage()?;
+                let rows = stmt
+                    .query_map(params![after, limit as i64], event_from_row)
+                    .storage()?;
+                rows.collect::<rusqlite::Result<Vec<_>>>().storage()
+            })
+            .await
     }
 
     async fn load_cursor(&self, relay: &str) -> outbox_core::Result<Option<Position>> {
         let relay = relay.to_owned();
-        self.with_conn(move |conn| {
-            conn.query_row(
-                "SELECT position FROM relay_cursors WHERE relay = ?1",
-                [relay],
-                |row| row.get(0),
-            )
-            .optional()
-            .storage()
-            .map(|p| p.map(Position::Row))
-        })
-        .await
+        self.shared
+            .run(move |conn| {
+                conn.query_row(
+                    "SELECT position FROM relay_cursors WHERE relay = ?1",
+                    [relay],
+                    |row| row.get(0),
+                )
+                .optional()
+                .storage()
+                .map(|p| p.map(Position::Row))
+            })
+            .await
     }
 
     async fn save_cursor(&self, relay: &str, position: Position) -> outbox_core::Result<()> {
         let relay = relay.to_owned();
         let row = row_position(Some(position))?;
-        self.with_conn(move |conn| {
+        self.shared.run(move |conn| {
             conn.prepare_cached(
                 "INSERT INTO relay_cursors (relay, position, updated_at) VALUES (?1, ?2, ?3)
                  ON CONFLICT (relay) DO UPDATE SET position = excluded.position, updated_at = excluded.updated_at",
@@ -249,7 +213,7 @@ impl Store for SqliteStore {
 
     async fn append_deliveries(&self, records: &[DeliveryRecord]) -> outbox_core::Result<()> {
         let records = records.to_vec();
-        self.with_conn(move |conn| {
+        self.shared.run(move |conn| {
             let tx = conn.transaction().storage()?;
             {
                 let mut stmt = tx
@@ -277,29 +241,31 @@ impl Store for SqliteStore {
     }
 
     async fn deliveries(&self, event_id: EventId) -> outbox_core::Result<Vec<DeliveryRecord>> {
-        self.with_conn(move |conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT event_id, attempt, outcome, ledger_tx_id, error_code, detail, at
+        self.shared
+            .run(move |conn| {
+                let mut stmt = conn
+                    .prepare_cached(
+                        "SELECT event_id, attempt, outcome, ledger_tx_id, error_code, detail, at
                      FROM outbox_deliveries WHERE event_id = ?1 ORDER BY id",
-                )
-                .storage()?;
-            let rows = stmt
-                .query_map([event_id.to_string()], delivery_from_row)
-                .storage()?;
-            rows.collect::<rusqlite::Result<Vec<_>>>().storage()
-        })
-        .await
+                    )
+                    .storage()?;
+                let rows = stmt
+                    .query_map([event_id.to_string()], delivery_from_row)
+                    .storage()?;
+                rows.collect::<rusqlite::Result<Vec<_>>>().storage()
+            })
+            .await
     }
 
     async fn raise_exception(&self, exception: &NewException) -> outbox_core::Result<bool> {
         let exception = exception.clone();
-        self.with_conn(move |conn| insert_exception(conn, &exception))
+        self.shared
+            .run(move |conn| insert_exception(conn, &exception))
             .await
     }
 
     async fn exceptions(&self) -> outbox_core::Result<Vec<Exception>> {
-        self.with_conn(|conn| {
+        self.shared.run(|conn| {
             let mut stmt = conn
                 .prepare_cached(
                     "SELECT id, source, kind, account, sequence, detail, detected_at FROM exceptions ORDER BY id",
@@ -313,7 +279,7 @@ impl Store for SqliteStore {
 
     async fn lag(&self, relay: &str) -> outbox_core::Result<Lag> {
         let relay = relay.to_owned();
-        self.with_conn(move |conn| {
+        self.shared.run(move |conn| {
             let (pending, oldest): (i64, Option<i64>) = conn
                 .query_row(
                     "SELECT count(*), min(created_at) FROM outbox_events

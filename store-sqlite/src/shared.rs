@@ -1,0 +1,68 @@
+//! `SharedConnection`: the one migrated connection a store's clones share, used off
+//! the async runtime (SQLite calls block).
+
+use std::sync::{Arc, Mutex};
+
+use outbox_core::{Error, ErrorKind};
+use rusqlite::Connection;
+
+use crate::config::SqliteConfig;
+use crate::connection::{connect, migrate};
+
+/// One connection behind a mutex; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct SharedConnection {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: SqliteConfig,
+    conn: Mutex<Connection>,
+}
+
+impl SharedConnection {
+    /// Opens (creating if needed) and migrates the database.
+    pub(crate) async fn open(config: SqliteConfig) -> outbox_core::Result<Self> {
+        tokio::task::spawn_blocking(move || {
+            let mut conn = connect(&config)?;
+            migrate(&mut conn)?;
+            Ok(Self {
+                inner: Arc::new(Inner {
+                    config,
+                    conn: Mutex::new(conn),
+                }),
+            })
+        })
+        .await
+        .map_err(join_error)?
+    }
+
+    pub(crate) fn config(&self) -> &SqliteConfig {
+        &self.inner.config
+    }
+
+    /// Runs `f` on the connection on a blocking thread.
+    pub(crate) async fn run<T, F>(&self, f: F) -> outbox_core::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> outbox_core::Result<T> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let mut conn = inner
+                .conn
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            f(&mut conn)
+        })
+        .await
+        .map_err(join_error)?
+    }
+}
+
+fn join_error(err: tokio::task::JoinError) -> Error {
+    Error::new(
+        ErrorKind::Internal,
+        format!("sqlite worker task failed: {err}"),
+    )
+}
