@@ -87,13 +87,8 @@ impl PublisherConfig {
     /// The librdkafka properties of the producer. The ones that carry the delivery
     /// guarantee are set last so `librdkafka` cannot weaken them.
     pub(crate) fn client_config(&self) -> ClientConfig {
-        let mut config = ClientConfig::new();
-        for (key, value) in &self.librdkafka {
-            config.set(key, value);
-        }
+        let mut config = base_config(&self.librdkafka, &self.brokers, &self.client_id);
         config
-            .set("bootstrap.servers", &self.brokers)
-            .set("client.id", &self.client_id)
             .set("message.timeout.ms", self.message_timeout_ms.to_string())
             // Java clients hash keys with murmur2: the same account lands on the same
             // partition whichever client produced it.
@@ -202,13 +197,8 @@ impl SubscriberConfig {
     }
 
     pub(crate) fn client_config(&self) -> ClientConfig {
-        let mut config = ClientConfig::new();
-        for (key, value) in &self.librdkafka {
-            config.set(key, value);
-        }
+        let mut config = base_config(&self.librdkafka, &self.brokers, &self.client_id);
         config
-            .set("bootstrap.servers", &self.brokers)
-            .set("client.id", &self.client_id)
             .set("group.id", &self.group_id)
             .set("session.timeout.ms", self.session_timeout_ms.to_string())
             // Offsets move only after the sink said Ok; librdkafka must never commit
@@ -235,6 +225,19 @@ impl fmt::Debug for SubscriberConfig {
             .field("librdkafka", &Redacted(&self.librdkafka))
             .finish()
     }
+}
+
+/// The caller's extra properties first, then the connection ones, so what the caller
+/// set cannot override what follows (each config sets its guarantees last).
+fn base_config(extra: &BTreeMap<String, String>, brokers: &str, client_id: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    for (key, value) in extra {
+        config.set(key, value);
+    }
+    config
+        .set("bootstrap.servers", brokers)
+        .set("client.id", client_id);
+    config
 }
 
 /// Shows librdkafka keys but hides values that may be credentials.
