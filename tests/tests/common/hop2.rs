@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outbox_bins::consumer::TreasuryConsumer;
-use outbox_core::{FanoutMessage, FanoutStore, MessageSink, Result};
+use outbox_core::{AppendOutcome, FanoutMessage, FanoutStore, MessageSink, Result, StoredMessage};
 use outbox_store_sqlite::{SqliteConfig, SqliteFanoutStore};
 use outbox_testkit::ProbeConsumer;
 
@@ -66,12 +66,35 @@ impl ProbeConsumer for Probe {
     }
 }
 
-/// A fresh SQLite fan-out store in its own directory (kept alive with the store).
+/// A SQLite fan-out store in a directory that goes when the store does.
+struct TempFanoutStore {
+    store: SqliteFanoutStore,
+    _dir: tempfile::TempDir,
+}
+
+#[async_trait]
+impl FanoutStore for TempFanoutStore {
+    async fn append(&self, delivery_id: &str, messages: &[FanoutMessage]) -> Result<AppendOutcome> {
+        self.store.append(delivery_id, messages).await
+    }
+
+    async fn read_after(&self, after: u64, limit: usize) -> Result<Vec<StoredMessage>> {
+        self.store.read_after(after, limit).await
+    }
+
+    async fn load_cursor(&self, transport: &str) -> Result<u64> {
+        self.store.load_cursor(transport).await
+    }
+
+    async fn save_cursor(&self, transport: &str, position: u64) -> Result<()> {
+        self.store.save_cursor(transport, position).await
+    }
+}
+
+/// A fresh SQLite fan-out store in its own directory.
 pub async fn sqlite_fanout_store() -> Arc<dyn FanoutStore> {
     let dir = tempfile::tempdir().unwrap();
     let config = SqliteConfig::new(dir.path().join("fanout.db"));
     let store = SqliteFanoutStore::open(config).await.unwrap();
-    // The directory must outlive the store; tests are short, so leak the guard.
-    std::mem::forget(dir);
-    Arc::new(store)
+    Arc::new(TempFanoutStore { store, _dir: dir })
 }
