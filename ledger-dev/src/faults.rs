@@ -85,6 +85,13 @@ pub struct FaultPlan {
     /// held `hold_ms`: lets a test kill a client right after one chosen commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_matching: Option<String>,
+    /// With `hold_matching`: hold only the next N matching requests (all when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_matching_count: Option<u32>,
+    /// Every write request whose body contains this text is answered `error_status`
+    /// before anything runs: a ledger that keeps failing one account's writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_matching: Option<String>,
 }
 
 impl Default for FaultPlan {
@@ -99,6 +106,8 @@ impl Default for FaultPlan {
             hold_ms: default_hold_ms(),
             timeout_after_commit_ratio: 0.0,
             hold_matching: None,
+            hold_matching_count: None,
+            fail_matching: None,
         }
     }
 }
@@ -260,8 +269,18 @@ impl FaultInjector {
         inner.plan.hold_ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX);
     }
 
-    fn hold_needle(&self) -> Option<String> {
-        self.lock().plan.hold_matching.clone()
+    /// Every write request whose body contains `needle` is answered 503 before commit.
+    pub fn fail_matching(&self, needle: &str) {
+        self.lock().plan.fail_matching = Some(needle.to_owned());
+    }
+
+    /// The texts the plan looks for in bodies: (hold, fail).
+    fn needles(&self) -> (Option<String>, Option<String>) {
+        let inner = self.lock();
+        (
+            inner.plan.hold_matching.clone(),
+            inner.plan.fail_matching.clone(),
+        )
     }
 
     /// How many answers were forced, failed or held so far.
@@ -269,8 +288,24 @@ impl FaultInjector {
         self.injected.load(Ordering::Relaxed)
     }
 
+    #[cfg(test)]
     fn decide(&self, body_matches: bool) -> Decision {
+        self.decide_body(body_matches, false)
+    }
+
+    /// `hold_body`: the body contains the hold needle; `fail_body`: the fail needle.
+    fn decide_body(&self, hold_body: bool, fail_body: bool) -> Decision {
         let mut inner = self.lock();
+        if fail_body {
+            return Decision::Answer {
+                status: inner.plan.error_status,
+                retry_after_secs: None,
+            };
+        }
+        let body_matches = hold_body && inner.plan.hold_matching_count != Some(0);
+        if body_matches && let Some(left) = inner.plan.hold_matching_count.as_mut() {
+            *left -= 1;
+        }
         if let Some(front) = inner.queue.front_mut() {
             let decision = Decision::Answer {
                 status: front.status,
@@ -328,18 +363,27 @@ pub(crate) async fn middleware(
     next: Next,
 ) -> Response {
     // The body is read only when a plan matches on it, so the usual path stays as it was.
-    let (request, body_matches) = match layer.injector.hold_needle() {
-        Some(needle) => {
+    let (request, hold_body, fail_body) = match layer.injector.needles() {
+        (None, None) => (request, false, false),
+        (hold, fail) => {
             let (parts, body) = request.into_parts();
             let bytes = axum::body::to_bytes(body, usize::MAX)
                 .await
                 .unwrap_or_default();
-            let matches = contains_bytes(&bytes, needle.as_bytes());
-            (Request::from_parts(parts, Body::from(bytes)), matches)
+            let has = |needle: &Option<String>| {
+                needle
+                    .as_ref()
+                    .is_some_and(|n| contains_bytes(&bytes, n.as_bytes()))
+            };
+            let (hold_body, fail_body) = (has(&hold), has(&fail));
+            (
+                Request::from_parts(parts, Body::from(bytes)),
+                hold_body,
+                fail_body,
+            )
         }
-        None => (request, false),
     };
-    match layer.injector.decide(body_matches) {
+    match layer.injector.decide_body(hold_body, fail_body) {
         Decision::Answer {
             status,
             retry_after_secs,
@@ -485,10 +529,39 @@ mod tests {
     }
 
     #[test]
+    fn matching_bodies_fail_or_are_held_a_bounded_number_of_times() {
+        let f = FaultInjector::default();
+        f.set_plan(FaultPlan {
+            hold_matching: Some("x".into()),
+            hold_matching_count: Some(1),
+            hold_ms: 4,
+            ..FaultPlan::default()
+        })
+        .unwrap();
+        let held = Decision::Proceed {
+            delay: None,
+            hold: Some(Duration::from_millis(4)),
+        };
+        let plain = Decision::Proceed {
+            delay: None,
+            hold: None,
+        };
+        assert_eq!(f.decide_body(true, false), held);
+        assert_eq!(f.decide_body(true, false), plain, "held past its count");
+        f.fail_matching("acct-9");
+        assert_eq!(f.needles().1.as_deref(), Some("acct-9"));
+        assert!(matches!(
+            f.decide_body(false, true),
+            Decision::Answer { status: 503, .. }
+        ));
+        assert_eq!(f.decide_body(false, false), plain);
+    }
+
+    #[test]
     fn a_matching_body_or_the_ratio_holds_the_answer() {
         let f = FaultInjector::default();
         f.hold_after_commit_matching("event-13", Duration::from_millis(7));
-        assert_eq!(f.hold_needle().as_deref(), Some("event-13"));
+        assert_eq!(f.needles().0.as_deref(), Some("event-13"));
         assert_eq!(
             f.decide(false),
             Decision::Proceed {

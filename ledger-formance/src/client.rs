@@ -517,6 +517,20 @@ impl Ledger for FormanceLedger {
         Err(request.fail(error.with("account", account)))
     }
 
+    /// Reads the account's metadata (`GET /accounts/{address}`) for the notice's
+    /// per-event marker; an account the ledger never saw has no notice.
+    async fn rejection_notice(
+        &self,
+        account: &Account,
+        event_id: EventId,
+    ) -> Result<Option<String>> {
+        let key = outbox_core::dispatch::notice::rejection_marker_key(event_id);
+        Ok(self
+            .account(account)
+            .await?
+            .and_then(|found| found.metadata.get(&key).cloned()))
+    }
+
     async fn aggregate_balances(&self, address: &str) -> Result<Balances> {
         // An empty address means every account (whose sums are 0 per asset, world included).
         let filter =

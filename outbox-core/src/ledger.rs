@@ -62,6 +62,8 @@ impl LedgerCapabilities {
 /// - A business refusal is `Ok(Rejected)`; a failure that may pass is an error with
 ///   [`crate::Retry::Transient`] (5xx, 408, 429, connect errors, timeouts), honouring
 ///   `Retry-After`. Every other error is permanent.
+/// - A refusal is not idempotent: the ledger keeps the key only for a write that
+///   succeeded, so re-sending a refused body evaluates it again.
 /// - `post_bulk` answers one result per item, in order. Items are independent: the
 ///   caller puts at most one event per account in a call (the relay sends the head
 ///   of each account), so one item's refusal or failure must not stop the others.
@@ -100,6 +102,17 @@ pub trait Ledger: Send + Sync + 'static {
         account: &Account,
         metadata: &Metadata,
     ) -> Result<()>;
+
+    /// The code of the rejection notice the relay wrote for `event_id` on `account`
+    /// (the per-event marker of [`crate::dispatch::notice`]), or `None` when there is
+    /// none. Asked before re-sending an event whose outcome a crash left unknown: a
+    /// refusal is not idempotent in the ledger (a re-send is evaluated again and may
+    /// now commit), so a refusal Hop 2 has already announced must not be re-posted.
+    async fn rejection_notice(
+        &self,
+        account: &Account,
+        event_id: EventId,
+    ) -> Result<Option<String>>;
 
     /// Aggregate balances per asset over the accounts matching `address` (Formance `$match`).
     async fn aggregate_balances(&self, address: &str) -> Result<Balances>;

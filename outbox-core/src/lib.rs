@@ -27,4 +27,4 @@ pub use inbox::{
 };
 pub use ledger::{Balances, BulkItem, Ledger, LedgerCapabilities, LedgerTransaction, PostOutcome};
 pub use relay::{PollingRelay, Relay, Wakeup};
-pub use store::{DeliveryOutcome, DeliveryRecord, Lag, Store, StoreCapabilities};
+pub use store::{DeliveryOutcome, DeliveryRecord, DeliveryState, Lag, Store, StoreCapabilities};

@@ -1,5 +1,6 @@
 //! The `Store` trait: the relay-side view of the outbox.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -57,6 +58,38 @@ pub struct DeliveryRecord {
     pub at: DateTime<Utc>,
 }
 
+/// What the delivery records of one event say, as the relay needs it after a restart.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeliveryState {
+    /// Records of this event, all outcomes counted.
+    pub attempts: u32,
+    /// The first terminal record (accepted, replayed or rejected), if any.
+    pub terminal: Option<DeliveryRecord>,
+}
+
+impl DeliveryState {
+    /// Folds an event's records, oldest first.
+    pub fn from_records(records: &[DeliveryRecord]) -> Self {
+        Self {
+            attempts: u32::try_from(records.len()).unwrap_or(u32::MAX),
+            terminal: records.iter().find(|r| r.outcome.is_terminal()).cloned(),
+        }
+    }
+}
+
+/// Groups records (in store order, oldest first) into one state per event.
+pub fn fold_delivery_states(records: Vec<DeliveryRecord>) -> HashMap<EventId, DeliveryState> {
+    let mut states: HashMap<EventId, DeliveryState> = HashMap::new();
+    for record in records {
+        let state = states.entry(record.event_id).or_default();
+        state.attempts = state.attempts.saturating_add(1);
+        if state.terminal.is_none() && record.outcome.is_terminal() {
+            state.terminal = Some(record);
+        }
+    }
+    states
+}
+
 /// How far a relay is behind the outbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Lag {
@@ -93,6 +126,8 @@ impl StoreCapabilities {
 /// - [`Store::read_committed`] returns only committed events, in commit order, and never
 ///   skips an event that commits after an event with a higher position.
 /// - Cursor, delivery and exception writes are durable when the call returns.
+/// - A cursor only ever moves forward: `save_cursor` with a position at or before the
+///   saved one leaves the saved one in place (two writers can never move it back).
 /// - Errors from lock contention or I/O are [`crate::Retry::Transient`].
 /// - Every method is cancel-safe: dropping its future either completes or has no effect.
 #[async_trait]
@@ -109,7 +144,8 @@ pub trait Store: Send + Sync + 'static {
     /// The saved position of relay `relay`, `None` before its first save.
     async fn load_cursor(&self, relay: &str) -> Result<Option<crate::Position>>;
 
-    /// Saves `position` for `relay`; call only after the outcomes up to it are recorded.
+    /// Saves `position` for `relay` if it is after the saved one (a cursor never moves
+    /// back); call only after the outcomes up to it are recorded.
     async fn save_cursor(&self, relay: &str, position: crate::Position) -> Result<()>;
 
     /// Appends delivery records, all or none.
@@ -117,6 +153,28 @@ pub trait Store: Send + Sync + 'static {
 
     /// Every delivery record of one event, oldest first.
     async fn deliveries(&self, event_id: EventId) -> Result<Vec<DeliveryRecord>>;
+
+    /// The delivery state of each of `event_ids` that has records (events without
+    /// any are absent). The relay asks this for a whole batch after a restart, so a
+    /// store should answer it in one query; the default asks event by event.
+    async fn delivery_states(
+        &self,
+        event_ids: &[EventId],
+    ) -> Result<HashMap<EventId, DeliveryState>> {
+        let mut states = HashMap::new();
+        for &id in event_ids {
+            let records = self.deliveries(id).await?;
+            if !records.is_empty() {
+                states.insert(id, DeliveryState::from_records(&records));
+            }
+        }
+        Ok(states)
+    }
+
+    /// Whether any delivery record exists at all. A relay that starts without a
+    /// cursor on an outbox that already has records would re-send every event (and
+    /// re-evaluate refused ones): the dispatcher refuses that start.
+    async fn has_deliveries(&self) -> Result<bool>;
 
     /// Records an exception unless the same (source, kind, account, sequence) exists;
     /// returns whether it was new.

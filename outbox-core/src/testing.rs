@@ -21,6 +21,9 @@ pub(crate) struct MemoryState {
     pub cursors: HashMap<String, Position>,
     pub deliveries: Vec<DeliveryRecord>,
     pub exceptions: Vec<NewException>,
+    /// Calls of `deliveries` (one event) and of `delivery_states` (a batch).
+    pub single_lookups: usize,
+    pub batch_lookups: usize,
 }
 
 #[derive(Clone, Default)]
@@ -75,11 +78,9 @@ impl Store for MemoryStore {
         Ok(self.0.lock().unwrap().cursors.get(relay).copied())
     }
     async fn save_cursor(&self, relay: &str, position: Position) -> Result<()> {
-        self.0
-            .lock()
-            .unwrap()
-            .cursors
-            .insert(relay.to_owned(), position);
+        let mut s = self.0.lock().unwrap();
+        let saved = s.cursors.entry(relay.to_owned()).or_insert(position);
+        *saved = (*saved).max(position);
         Ok(())
     }
     async fn append_deliveries(&self, records: &[DeliveryRecord]) -> Result<()> {
@@ -87,15 +88,30 @@ impl Store for MemoryStore {
         Ok(())
     }
     async fn deliveries(&self, event_id: EventId) -> Result<Vec<DeliveryRecord>> {
-        Ok(self
-            .0
-            .lock()
-            .unwrap()
-            .deliveries
+        let mut s = self.0.lock().unwrap();
+        s.single_lookups += 1;
+        Ok(s.deliveries
             .iter()
             .filter(|d| d.event_id == event_id)
             .cloned()
             .collect())
+    }
+    async fn delivery_states(
+        &self,
+        event_ids: &[EventId],
+    ) -> Result<HashMap<EventId, crate::store::DeliveryState>> {
+        let mut s = self.0.lock().unwrap();
+        s.batch_lookups += 1;
+        let records = s
+            .deliveries
+            .iter()
+            .filter(|d| event_ids.contains(&d.event_id))
+            .cloned()
+            .collect();
+        Ok(crate::store::fold_delivery_states(records))
+    }
+    async fn has_deliveries(&self) -> Result<bool> {
+        Ok(!self.0.lock().unwrap().deliveries.is_empty())
     }
     async fn raise_exception(&self, exception: &NewException) -> Result<bool> {
         self.0.lock().unwrap().exceptions.push(exception.clone());
@@ -118,6 +134,12 @@ pub(crate) struct FakeLedgerState {
     pub notices: Vec<(String, Metadata)>,
     pub reverts: Vec<(EventId, u64, Metadata)>,
     pub next_id: u64,
+    /// The next notices are written, then answered with a transient error (the
+    /// answer lost after the write).
+    pub notice_answers_lost: u32,
+    /// A store to look at when a notice arrives: was the refusal already recorded?
+    pub observed: Option<MemoryStore>,
+    pub notice_after_record: Vec<bool>,
 }
 
 #[derive(Clone, Default)]
@@ -201,12 +223,32 @@ impl Ledger for FakeLedger {
         _account: &Account,
         metadata: &Metadata,
     ) -> Result<()> {
-        self.0
-            .lock()
-            .unwrap()
-            .notices
-            .push((key.to_owned(), metadata.clone()));
+        let mut s = self.0.lock().unwrap();
+        if let Some(store) = &s.observed {
+            let recorded = metadata
+                .get(crate::domain::OUTBOX_EVENT_ID_KEY)
+                .and_then(|id| EventId::parse(id).ok())
+                .is_some_and(|id| store.outcomes(id).contains(&DeliveryOutcome::Rejected));
+            s.notice_after_record.push(recorded);
+        }
+        s.notices.push((key.to_owned(), metadata.clone()));
+        if s.notice_answers_lost > 0 {
+            s.notice_answers_lost -= 1;
+            return Err(Error::new(ErrorKind::Transport, "timed out").transient(None));
+        }
         Ok(())
+    }
+    async fn rejection_notice(
+        &self,
+        _account: &Account,
+        event_id: EventId,
+    ) -> Result<Option<String>> {
+        let s = self.0.lock().unwrap();
+        let key = crate::dispatch::notice::rejection_marker_key(event_id);
+        Ok(s.notices
+            .iter()
+            .rev()
+            .find_map(|(_, m)| m.get(&key).cloned()))
     }
     async fn aggregate_balances(&self, _address: &str) -> Result<Balances> {
         Ok(BTreeMap::new())

@@ -116,6 +116,21 @@ pub async fn enqueue_with(
         ));
     }
     event.command.validate()?;
+    if let Some(target) = event.revert_target() {
+        // A round trip only reverts pay for; read before anything is written, so a
+        // refusal leaves the caller's transaction usable.
+        let owner: Option<String> =
+            sqlx::query_scalar("SELECT account FROM outbox_events WHERE event_id = $1")
+                .bind(target.as_uuid())
+                .fetch_optional(&mut *conn)
+                .await
+                .storage()?;
+        let owner = owner
+            .map(|a| outbox_core::Account::parse(&a))
+            .transpose()
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("outbox_events.account: {e}")))?;
+        event.check_revert_target(owner.as_ref())?;
+    }
     let supplied = event.event_id;
     let event_id = supplied.unwrap_or_default();
 

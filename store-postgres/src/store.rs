@@ -1,15 +1,16 @@
 //! `PgStore`: the relay-side `Store` on a PostgreSQL pool, with the commit-order-safe
 //! (txid, position) reader.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 use outbox_core::{
-    Account, DeliveryOutcome, DeliveryRecord, Error, ErrorKind, EventId, Exception, ExceptionKind,
-    Lag, NewException, OutboxEvent, Payload, PollingRelay, Position, Store, StoreCapabilities,
-    Wakeup,
+    Account, DeliveryOutcome, DeliveryRecord, DeliveryState, Error, ErrorKind, EventId, Exception,
+    ExceptionKind, Lag, NewException, OutboxEvent, Payload, PollingRelay, Position, Store,
+    StoreCapabilities, Wakeup,
 };
 use sqlx::postgres::PgRow;
 use sqlx::{Executor, PgPool, Postgres, Row};
@@ -236,6 +237,23 @@ impl PgStore {
     }
 }
 
+impl PgStore {
+    /// Whether the fencing session still holds partition `fence.partition`'s lock.
+    async fn fence_held(&self, fence: Fence) -> outbox_core::Result<bool> {
+        sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks
+                 WHERE locktype = 'advisory' AND granted AND pid = $1
+                   AND classid = $2::int4::oid AND objid = $3::int4::oid AND objsubid = 2)",
+        )
+        .bind(fence.holder_pid)
+        .bind(fence.lock_class)
+        .bind(fence.partition as i32)
+        .fetch_one(&self.inner.pool)
+        .await
+        .storage()
+    }
+}
+
 fn corrupt(column: &str, e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Internal, format!("{column}: {e}"))
 }
@@ -408,8 +426,12 @@ impl Store for PgStore {
         let fence = self.scope.and_then(|s| s.fence);
         // With a fence, the write happens only while the partition's advisory lock is
         // held by the fencing session: checked in the same statement as the write.
+        // The ON CONFLICT guard keeps the cursor from moving back: a snapshot cursor
+        // moves only to a later (txid, position), a log cursor to a later (lsn,
+        // position), and a snapshot cursor may become a log cursor (a CDC relay
+        // finishing its catch-up), never the reverse.
         let written = sqlx::query(
-            "INSERT INTO relay_cursors (relay, position, txid, lsn, updated_at)
+            "INSERT INTO relay_cursors AS c (relay, position, txid, lsn, updated_at)
              SELECT $1, $2, $3::text::xid8, $4::text::pg_lsn, clock_timestamp()
              WHERE $5::int4 IS NULL OR EXISTS (
                  SELECT 1 FROM pg_locks
@@ -417,7 +439,11 @@ impl Store for PgStore {
                    AND classid = $6::int4::oid AND objid = $7::int4::oid AND objsubid = 2)
              ON CONFLICT (relay) DO UPDATE
                 SET position = excluded.position, txid = excluded.txid,
-                    lsn = excluded.lsn, updated_at = excluded.updated_at",
+                    lsn = excluded.lsn, updated_at = excluded.updated_at
+                WHERE CASE WHEN excluded.txid IS NOT NULL
+                           THEN c.txid IS NOT NULL AND (c.txid, c.position) < (excluded.txid, excluded.position)
+                           ELSE c.lsn IS NULL OR (c.lsn, c.position) < (excluded.lsn, excluded.position)
+                      END",
         )
         .bind(relay)
         .bind(position.row())
@@ -430,14 +456,18 @@ impl Store for PgStore {
         .await
         .storage()?;
         match fence {
-            Some(f) if written.rows_affected() == 0 => Err(Error::new(
-                ErrorKind::Storage,
-                format!(
-                    "partition {} is no longer owned by this relay: cursor not moved",
-                    f.partition
-                ),
-            )
-            .with("relay", relay)),
+            // Nothing written: either the fence refused it, or the saved cursor is
+            // already at or past `position` (fine). Only the first is an error.
+            Some(f) if written.rows_affected() == 0 && !self.fence_held(f).await? => {
+                Err(Error::new(
+                    ErrorKind::Storage,
+                    format!(
+                        "partition {} is no longer owned by this relay: cursor not moved",
+                        f.partition
+                    ),
+                )
+                .with("relay", relay))
+            }
             _ => Ok(()),
         }
     }
@@ -498,6 +528,37 @@ impl Store for PgStore {
         .await
         .storage()?;
         rows.iter().map(delivery_from_row).collect()
+    }
+
+    /// One query for the whole batch.
+    async fn delivery_states(
+        &self,
+        event_ids: &[EventId],
+    ) -> outbox_core::Result<HashMap<EventId, DeliveryState>> {
+        if event_ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let ids: Vec<Uuid> = event_ids.iter().map(|id| id.as_uuid()).collect();
+        let rows = sqlx::query(
+            "SELECT event_id, attempt, outcome, ledger_tx_id, error_code, detail, at
+             FROM outbox_deliveries WHERE event_id = ANY($1::uuid[]) ORDER BY id",
+        )
+        .bind(ids)
+        .fetch_all(&self.inner.pool)
+        .await
+        .storage()?;
+        let records = rows
+            .iter()
+            .map(delivery_from_row)
+            .collect::<outbox_core::Result<Vec<_>>>()?;
+        Ok(outbox_core::store::fold_delivery_states(records))
+    }
+
+    async fn has_deliveries(&self) -> outbox_core::Result<bool> {
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM outbox_deliveries)")
+            .fetch_one(&self.inner.pool)
+            .await
+            .storage()
     }
 
     async fn raise_exception(&self, exception: &NewException) -> outbox_core::Result<bool> {

@@ -43,6 +43,19 @@ pub fn enqueue(conn: &Connection, event: &NewEvent) -> outbox_core::Result<Outbo
             ));
         }
     }
+    if let Some(target) = event.revert_target() {
+        let owner: Option<String> = conn
+            .prepare_cached("SELECT account FROM outbox_events WHERE event_id = ?1")
+            .storage()?
+            .query_row([target.to_string()], |row| row.get(0))
+            .optional()
+            .storage()?;
+        let owner = owner
+            .map(|a| outbox_core::Account::parse(&a))
+            .transpose()
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("outbox_events.account: {e}")))?;
+        event.check_revert_target(owner.as_ref())?;
+    }
     // Safe without a counter row: the transaction holds (or, at the INSERT below,
     // must take) SQLite's single write lock; a deferred transaction whose snapshot went
     // stale meanwhile gets BUSY (transient) instead of a duplicate sequence.

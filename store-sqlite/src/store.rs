@@ -1,13 +1,14 @@
 //! `SqliteStore`: the relay-side `Store` on one SQLite file.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use outbox_core::{
-    Account, DeliveryOutcome, DeliveryRecord, Error, ErrorKind, EventId, Exception, ExceptionKind,
-    Lag, NewException, OutboxEvent, Payload, PollingRelay, Position, Store, StoreCapabilities,
-    Wakeup,
+    Account, DeliveryOutcome, DeliveryRecord, DeliveryState, Error, ErrorKind, EventId, Exception,
+    ExceptionKind, Lag, NewException, OutboxEvent, Payload, PollingRelay, Position, Store,
+    StoreCapabilities, Wakeup,
 };
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -201,7 +202,8 @@ impl Store for SqliteStore {
         self.shared.run(move |conn| {
             conn.prepare_cached(
                 "INSERT INTO relay_cursors (relay, position, updated_at) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (relay) DO UPDATE SET position = excluded.position, updated_at = excluded.updated_at",
+                 ON CONFLICT (relay) DO UPDATE SET position = excluded.position, updated_at = excluded.updated_at
+                 WHERE excluded.position > relay_cursors.position",
             )
             .storage()?
             .execute(params![relay, row, time::now_micros()])
@@ -253,6 +255,47 @@ impl Store for SqliteStore {
                     .query_map([event_id.to_string()], delivery_from_row)
                     .storage()?;
                 rows.collect::<rusqlite::Result<Vec<_>>>().storage()
+            })
+            .await
+    }
+
+    /// One query for the whole batch (the ids travel as one JSON array).
+    async fn delivery_states(
+        &self,
+        event_ids: &[EventId],
+    ) -> outbox_core::Result<HashMap<EventId, DeliveryState>> {
+        if event_ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        // UUIDs need no escaping: a JSON array of them is their quoted texts.
+        let quoted: Vec<String> = event_ids.iter().map(|id| format!("\"{id}\"")).collect();
+        let ids = format!("[{}]", quoted.join(","));
+        let records = self
+            .shared
+            .run(move |conn| {
+                let mut stmt = conn
+                    .prepare_cached(
+                        "SELECT event_id, attempt, outcome, ledger_tx_id, error_code, detail, at
+                         FROM outbox_deliveries WHERE event_id IN (SELECT value FROM json_each(?1))
+                         ORDER BY id",
+                    )
+                    .storage()?;
+                let rows = stmt.query_map([ids], delivery_from_row).storage()?;
+                rows.collect::<rusqlite::Result<Vec<_>>>().storage()
+            })
+            .await?;
+        Ok(outbox_core::store::fold_delivery_states(records))
+    }
+
+    async fn has_deliveries(&self) -> outbox_core::Result<bool> {
+        self.shared
+            .run(|conn| {
+                conn.query_row(
+                    "SELECT EXISTS (SELECT 1 FROM outbox_deliveries)",
+                    [],
+                    |row| row.get(0),
+                )
+                .storage()
             })
             .await
     }

@@ -41,6 +41,9 @@ macro_rules! store_suite {
             lag_reports_pending_and_age,
             relay_wakes_up_on_enqueue,
             works_through_dyn_store,
+            cursor_never_moves_back,
+            delivery_states_answer_a_batch,
+            revert_target_must_be_known_and_of_the_same_account,
         );
     };
     (@cases $harness:ty; $($case:ident),+ $(,)?) => {

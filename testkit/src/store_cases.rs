@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 
 use outbox_core::{
     DeliveryOutcome, DeliveryRecord, ErrorKind, EventId, ExceptionKind, LedgerCommand, Metadata,
-    NewException, OutboxEvent, PostBody, Relay, Store,
+    NewEvent, NewException, OutboxEvent, PostBody, Relay, RevertCommand, Store,
 };
 
 use crate::fixtures::{account, payout};
@@ -461,6 +461,137 @@ pub async fn works_through_dyn_store<H: StoreHarness>(h: &H) {
 }
 
 /// A delivery record stamped now, truncated to the microseconds stores keep.
+/// Two writers of one cursor (a stale instance, a rolling deploy) can never move it
+/// back: a lower save leaves the higher position in place.
+pub async fn cursor_never_moves_back<H: StoreHarness>(h: &H) {
+    let store = h.store();
+    let stored = h
+        .enqueue_committed(vec![payout("6", 1), payout("6", 2), payout("6", 3)])
+        .await
+        .expect("enqueue");
+    store
+        .save_cursor("forward", stored[2].position)
+        .await
+        .expect("save");
+    store
+        .save_cursor("forward", stored[0].position)
+        .await
+        .expect("a lower save is not an error");
+    assert_eq!(
+        store.load_cursor("forward").await.expect("cursor"),
+        Some(stored[2].position),
+        "a lower save moved the cursor back"
+    );
+    // Through a relay, as a second instance that read less would acknowledge.
+    let mut behind = h.relay(&store, "forward").await;
+    behind
+        .acknowledge(stored[1].position)
+        .await
+        .expect("acknowledge");
+    assert_eq!(
+        h.reopen()
+            .await
+            .load_cursor("forward")
+            .await
+            .expect("cursor"),
+        Some(stored[2].position)
+    );
+}
+
+/// After a restart the relay looks up a whole batch of events at once.
+pub async fn delivery_states_answer_a_batch<H: StoreHarness>(h: &H) {
+    let store = h.store();
+    assert!(!store.has_deliveries().await.expect("has_deliveries"));
+    let (accepted, rejected, failing, unknown) = (
+        EventId::new(),
+        EventId::new(),
+        EventId::new(),
+        EventId::new(),
+    );
+    let mut refused = now_delivery(rejected, 1, DeliveryOutcome::Rejected, None);
+    refused.error_code = Some("INSUFFICIENT_FUND".into());
+    store
+        .append_deliveries(&[
+            now_delivery(accepted, 1, DeliveryOutcome::Failed, None),
+            now_delivery(failing, 1, DeliveryOutcome::Failed, None),
+            now_delivery(accepted, 2, DeliveryOutcome::Accepted, Some(7)),
+            refused,
+            now_delivery(failing, 2, DeliveryOutcome::Failed, None),
+            now_delivery(accepted, 3, DeliveryOutcome::Replayed, Some(7)),
+        ])
+        .await
+        .expect("append");
+    assert!(store.has_deliveries().await.expect("has_deliveries"));
+    let states = store
+        .delivery_states(&[accepted, rejected, failing, unknown])
+        .await
+        .expect("states");
+    assert_eq!(states.len(), 3, "{states:?}");
+    let terminal = |id: &EventId| {
+        states[id]
+            .terminal
+            .as_ref()
+            .map(|r| (r.attempt, r.outcome, r.ledger_tx_id, r.error_code.clone()))
+    };
+    assert_eq!(states[&accepted].attempts, 3);
+    assert_eq!(
+        terminal(&accepted),
+        Some((2, DeliveryOutcome::Accepted, Some(7), None)),
+        "the first terminal record"
+    );
+    assert_eq!(states[&rejected].attempts, 1);
+    assert_eq!(
+        terminal(&rejected),
+        Some((
+            1,
+            DeliveryOutcome::Rejected,
+            None,
+            Some("INSUFFICIENT_FUND".into())
+        ))
+    );
+    assert_eq!(states[&failing].attempts, 2);
+    assert_eq!(terminal(&failing), None);
+    assert!(!states.contains_key(&unknown));
+}
+
+/// A revert names an event of the same account that the outbox already holds; any
+/// other is refused at enqueue with the field named, and nothing is written.
+pub async fn revert_target_must_be_known_and_of_the_same_account<H: StoreHarness>(h: &H) {
+    let target = h
+        .enqueue_committed(vec![payout("11", 500)])
+        .await
+        .expect("enqueue")
+        .remove(0);
+    let revert = |merchant: &str, of: EventId| {
+        NewEvent::new(
+            account(&format!("merchants:{merchant}")),
+            LedgerCommand::Revert(RevertCommand {
+                event_id: of,
+                metadata: Metadata::new(),
+            }),
+        )
+    };
+    let mut tx = h.begin().await;
+    let err = h
+        .enqueue(&mut tx, &revert("11", EventId::new()))
+        .await
+        .expect_err("a revert of an unknown event was accepted");
+    assert_eq!(err.field(), Some("revert"), "{err}");
+    assert!(err.to_string().contains("not in the outbox"), "{err}");
+    let err = h
+        .enqueue(&mut tx, &revert("12", target.event_id))
+        .await
+        .expect_err("a revert of another account's event was accepted");
+    assert_eq!(err.field(), Some("revert"), "{err}");
+    assert!(err.to_string().contains("merchants:11"), "{err}");
+    let ok = h
+        .enqueue(&mut tx, &revert("11", target.event_id))
+        .await
+        .expect("a revert of the account's own event");
+    assert_eq!(ok.sequence, 2, "a refused revert consumed a sequence");
+    h.commit(tx).await.expect("commit");
+}
+
 fn now_delivery(
     event_id: EventId,
     attempt: u32,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use common::*;
 use outbox_bins::consumer::ConsumerStats;
 use outbox_core::{DeliveryOutcome, ExceptionKind, Ledger, Store};
+use outbox_ledger_dev::FaultPlan;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn insufficient_funds_is_recorded_and_nothing_stalls() {
@@ -78,4 +79,84 @@ async fn insufficient_funds_is_recorded_and_nothing_stalls() {
     let on_ledger = reader.aggregate_balances("merchants:7:...").await.unwrap();
     assert_eq!(on_ledger.values().copied().sum::<i128>(), 10_000);
     receiver.shutdown().await;
+}
+
+/// The ledger keeps no idempotency key for a refusal, so re-posting a refused payout
+/// evaluates it again. Here only the rejection notice's answer is lost (the dev
+/// ledger commits the notice and holds its answer past the client's timeout) and the
+/// merchant is funded before the relay retries: the retry must be the notice, never
+/// the payout that Hop 2 has already reported as refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_notice_answer_never_commits_the_refused_payout() {
+    let outbox = Outbox::new().await;
+    let ledger = dev_ledger(None).await;
+    let stored = outbox.enqueue(&[fund("21", 100), payout("21", 1_000), payout("21", 50)]);
+    ledger
+        .faults()
+        .set_plan(FaultPlan {
+            hold_matching: Some("outbox_rejected_code".into()),
+            hold_matching_count: Some(1),
+            hold_ms: 1_500,
+            ..FaultPlan::default()
+        })
+        .unwrap();
+    let reader = client(&ledger, Duration::from_secs(10));
+    let merchant = account("merchants:21");
+    // Funds the merchant as soon as the (held) notice is committed, before the
+    // relay's client gives up waiting for its answer and retries.
+    let funder = {
+        let reader = client(&ledger, Duration::from_secs(10));
+        let merchant = merchant.clone();
+        tokio::spawn(async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let noticed = reader
+                    .account(&merchant)
+                    .await
+                    .unwrap()
+                    .is_some_and(|a| a.metadata.contains_key("outbox_rejected_code"));
+                if noticed {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "no rejection notice");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let body = br#"{"postings":[{"source":"world","destination":"merchants:21:available","amount":10000,"asset":"USD/2"}]}"#;
+            reader
+                .post(outbox_core::EventId::new(), body)
+                .await
+                .unwrap();
+        })
+    };
+    let summary = drain(
+        &outbox,
+        client(&ledger, Duration::from_millis(500)),
+        quick_config(),
+    )
+    .await;
+    funder.await.unwrap();
+    assert!(
+        reader
+            .transaction_by_event_id(stored[1].event_id)
+            .await
+            .unwrap()
+            .is_none(),
+        "the payout Hop 2 had reported as refused was committed ({summary:?})"
+    );
+    let records: Vec<_> = outbox
+        .store
+        .deliveries(stored[1].event_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.outcome)
+        .collect();
+    assert_eq!(records, vec![DeliveryOutcome::Rejected]);
+    let balances = reader
+        .aggregate_balances("merchants:21:available")
+        .await
+        .unwrap();
+    let usd = outbox_core::Asset::parse("USD/2").unwrap();
+    assert_eq!(balances.get(&usd).copied(), Some(100 + 10_000 - 50));
+    ledger.shutdown().await;
 }

@@ -3,10 +3,12 @@
 //! failing account, and an exact replay check for the events a crash left uncertain.
 
 mod config;
+pub mod notice;
 mod queues;
 mod send;
 mod summary;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,16 +18,16 @@ use tokio::sync::watch;
 pub use config::{Backoff, DispatchConfig};
 pub use summary::Summary;
 
-use self::queues::{Pending, Queues};
-use crate::domain::{
-    Metadata, OUTBOX_ACCOUNT_KEY, OUTBOX_EVENT_ID_KEY, OUTBOX_SEQUENCE_KEY, OutboxEvent,
-    PayloadKind, Position,
-};
+pub use notice::OUTBOX_REJECTED_CODE_KEY;
+
+use self::queues::{Pending, Queues, Refusal};
+use self::send::Sent;
+use crate::domain::{EventId, OutboxEvent, PayloadKind, Position};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exception::{ExceptionKind, NewException};
 use crate::ledger::{Ledger, PostOutcome};
 use crate::relay::Relay;
-use crate::store::{DeliveryOutcome, DeliveryRecord, Store};
+use crate::store::{DeliveryOutcome, DeliveryRecord, DeliveryState, Store};
 
 /// Retries a storage call on transient errors (lock contention) a bounded number of
 /// times: an outcome the ledger already gave must be recorded, not lost. A macro so
@@ -48,9 +50,6 @@ macro_rules! retry_transient {
         }
     }};
 }
-
-/// Metadata key of a rejection notice: the ledger's error code.
-pub const OUTBOX_REJECTED_CODE_KEY: &str = "outbox_rejected_code";
 
 /// Whether [`Dispatcher::run`] keeps waiting for new events or stops when drained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +102,19 @@ impl Dispatcher {
         config: DispatchConfig,
     ) -> Result<Self> {
         let attempted = store.load_cursor(&attempted_key(relay.name())).await?;
+        if relay.acknowledged().is_none() && attempted.is_none() && store.has_deliveries().await? {
+            return Err(Error::new(
+                ErrorKind::Config,
+                format!(
+                    "relay {:?} has no saved cursor, but this outbox already has delivery records: \
+                     another relay name has been delivering it. Starting fresh would send every event \
+                     again and re-evaluate the ones the ledger refused; run the relay under the name \
+                     that delivered them (--name)",
+                    relay.name()
+                ),
+            )
+            .with("relay", relay.name()));
+        }
         Ok(Self {
             store,
             relay,
@@ -152,7 +164,13 @@ impl Dispatcher {
                 }
                 continue;
             }
-            let outcomes = send::send_round(self.ledger.as_ref(), heads, &self.config).await;
+            let outcomes = send::send_round(
+                self.ledger.as_ref(),
+                self.store.as_ref(),
+                heads,
+                &self.config,
+            )
+            .await;
             self.apply(outcomes).await?;
             if let Some(position) = self.queues.advance_frontier() {
                 self.unsaved_cursor = Some(position);
@@ -190,8 +208,19 @@ impl Dispatcher {
         let Some(last) = batch.last().map(|e| e.position) else {
             return Ok(());
         };
+        // One lookup for every event of the batch a crash may have left uncertain.
+        let uncertain: Vec<EventId> = batch
+            .iter()
+            .filter(|e| self.is_uncertain(e))
+            .map(|e| e.event_id)
+            .collect();
+        let states = if uncertain.is_empty() {
+            HashMap::new()
+        } else {
+            retry_transient!(self.store.delivery_states(&uncertain))?
+        };
         for event in batch {
-            self.admit(event).await?;
+            self.admit(event, &states);
         }
         // Record the read horizon before anything of this batch is sent.
         if self.attempted.is_none_or(|a| a < last) {
@@ -202,46 +231,59 @@ impl Dispatcher {
         Ok(())
     }
 
-    async fn admit(&mut self, event: OutboxEvent) -> Result<()> {
-        let uncertain = self.uncertain_through.is_some_and(|u| event.position <= u);
+    fn is_uncertain(&self, event: &OutboxEvent) -> bool {
+        self.uncertain_through.is_some_and(|u| event.position <= u)
+    }
+
+    /// Queues an event read from the relay. One from the uncertain window is checked
+    /// against its records: terminal ones are not sent again, a recorded refusal only
+    /// gets its notice (re-sent: a replay when it had been written), and one with no
+    /// outcome is sent alone, after a look for its rejection notice on the ledger.
+    fn admit(&mut self, event: OutboxEvent, states: &HashMap<EventId, DeliveryState>) {
+        let uncertain = self.is_uncertain(&event);
         let post = matches!(event.payload.split(), Ok((PayloadKind::Post, _)));
-        let mut attempts = 0;
-        if uncertain {
-            let records = retry_transient!(self.store.deliveries(event.event_id))?;
-            if records.iter().any(|r| r.outcome.is_terminal()) {
+        let state = states.get(&event.event_id);
+        let attempts = state.map_or(0, |s| s.attempts);
+        let mut refused = None;
+        if let Some(terminal) = state.and_then(|s| s.terminal.as_ref()) {
+            if terminal.outcome != DeliveryOutcome::Rejected {
                 self.summary.already_done += 1;
                 self.queues.push_done(&event);
-                return Ok(());
+                return;
             }
-            attempts = u32::try_from(records.len()).unwrap_or(u32::MAX);
+            refused = Some(Refusal {
+                code: terminal
+                    .error_code
+                    .clone()
+                    .unwrap_or_else(|| "REJECTED".to_owned()),
+            });
         }
         self.queues.push(Pending {
             event,
             attempts,
             failures: 0,
-            uncertain,
+            uncertain: uncertain && refused.is_none(),
             post,
+            refused,
         });
-        Ok(())
     }
 
     /// Records a round's answers: delivery rows first, then exceptions; moves heads.
-    async fn apply(&mut self, outcomes: Vec<(Pending, Result<PostOutcome>)>) -> Result<()> {
+    ///
+    /// Accepted and replayed outcomes are idempotent in the ledger, so their records
+    /// are written while the next round is sent (a crash before they are durable
+    /// leaves the events in the uncertain window: re-sent alone, seen as replays). A
+    /// refusal is not: its record is durable before the round ends, and only then is
+    /// its notice sent (the next round) and its account allowed to move on.
+    async fn apply(&mut self, outcomes: Vec<(Pending, Result<Sent>)>) -> Result<()> {
         let mut records = Vec::with_capacity(outcomes.len());
         let mut exceptions = Vec::new();
-        for (head, outcome) in outcomes {
+        let mut refusals = false;
+        for (head, sent) in outcomes {
             let account = head.event.account.clone();
-            let outcome = match outcome {
-                Ok(PostOutcome::Rejected { code, message }) => {
-                    notify_rejection(self.ledger.as_ref(), &head.event, &code, &message)
-                        .await
-                        .map(|()| PostOutcome::Rejected { code, message })
-                }
-                other => other,
-            };
             let attempt = head.attempts + 1;
-            match outcome {
-                Ok(PostOutcome::Accepted { transaction_id }) => {
+            match sent {
+                Ok(Sent::Posted(PostOutcome::Accepted { transaction_id })) => {
                     self.summary.accepted += 1;
                     records.push(record(
                         &head.event,
@@ -253,7 +295,7 @@ impl Dispatcher {
                     ));
                     self.queues.complete_head(&account);
                 }
-                Ok(PostOutcome::Replayed { transaction_id }) => {
+                Ok(Sent::Posted(PostOutcome::Replayed { transaction_id })) => {
                     tracing::info!(event_id = %head.event.event_id, account = %account, transaction_id, "ledger replayed the original transaction (Idempotency-Hit)");
                     self.summary.replayed += 1;
                     records.push(record(
@@ -266,7 +308,7 @@ impl Dispatcher {
                     ));
                     self.queues.complete_head(&account);
                 }
-                Ok(PostOutcome::Rejected { code, message }) => {
+                Ok(Sent::Posted(PostOutcome::Rejected { code, message })) => {
                     tracing::warn!(event_id = %head.event.event_id, account = %account, sequence = head.event.sequence, code, "ledger rejected the event");
                     self.summary.rejected += 1;
                     records.push(record(
@@ -277,8 +319,37 @@ impl Dispatcher {
                         Some(code.clone()),
                         Some(message),
                     ));
+                    exceptions.push(exception(
+                        &head.event,
+                        ExceptionKind::Rejected,
+                        code.clone(),
+                    ));
+                    refusals = true;
+                    self.queues.refuse_head(&account, Refusal { code });
+                }
+                Ok(Sent::AlreadyRefused { code }) => {
+                    tracing::warn!(event_id = %head.event.event_id, account = %account, sequence = head.event.sequence, code, "the ledger holds this event's rejection notice: refused before a crash, not posted again");
+                    self.summary.rejected += 1;
+                    records.push(record(
+                        &head.event,
+                        attempt,
+                        DeliveryOutcome::Rejected,
+                        None,
+                        Some(code.clone()),
+                        Some("rejection notice found on the ledger after a restart; not posted again".to_owned()),
+                    ));
                     exceptions.push(exception(&head.event, ExceptionKind::Rejected, code));
                     self.queues.complete_head(&account);
+                }
+                Ok(Sent::Notified) => self.queues.complete_head(&account),
+                Err(err) if head.refused.is_some() => {
+                    if let Some(kind) = self.fail_notice(&head, &err) {
+                        exceptions.push(exception(
+                            &head.event,
+                            kind,
+                            format!("rejection notice: {err}"),
+                        ));
+                    }
                 }
                 Err(err) => {
                     let code = error_code(&err);
@@ -296,18 +367,14 @@ impl Dispatcher {
                 }
             }
         }
-        // The outcomes are known, so the accounts may go on; the records are written
-        // while the next round is sent (one write in flight, in order). A crash before
-        // they are durable leaves these events in the uncertain window: re-sent alone,
-        // seen as replays, recorded then.
         self.finish_recording().await?;
+        if refusals {
+            write_records(self.store.as_ref(), &records, &exceptions).await?;
+            return Ok(());
+        }
         let store = Arc::clone(&self.store);
         self.recording = Some(tokio::spawn(async move {
-            retry_transient!(store.append_deliveries(&records))?;
-            for exception in &exceptions {
-                retry_transient!(store.raise_exception(exception))?;
-            }
-            Ok(())
+            write_records(store.as_ref(), &records, &exceptions).await
         }));
         Ok(())
     }
@@ -352,27 +419,43 @@ impl Dispatcher {
         self.queues.stop(account);
         Some(ExceptionKind::Stopped)
     }
+
+    /// A refused head's notice failed: retry the notice (never the post) after a
+    /// backoff, or stop the account when it cannot succeed.
+    fn fail_notice(&mut self, head: &Pending, err: &Error) -> Option<ExceptionKind> {
+        let account = &head.event.account;
+        let exhausted = self
+            .config
+            .max_attempts
+            .is_some_and(|max| head.failures + 1 >= max);
+        if err.is_transient() && !exhausted {
+            let retry_after = match err.retry() {
+                crate::Retry::Transient { after } => after,
+                _ => None,
+            };
+            let delay = self.config.backoff.delay(head.failures + 1, retry_after);
+            tracing::warn!(event_id = %head.event.event_id, %account, ?delay, error = %err, "rejection notice failed: the notice (not the post) is retried");
+            self.summary.retried += 1;
+            self.queues.park_notice(account, Instant::now() + delay);
+            return None;
+        }
+        tracing::error!(event_id = %head.event.event_id, %account, sequence = head.event.sequence, error = %err, "rejection notice failed permanently: account stopped (the refusal is recorded)");
+        self.queues.stop(account);
+        Some(ExceptionKind::Stopped)
+    }
 }
 
-/// Makes a refusal visible on Hop 2 through the ledger itself: an account-metadata
-/// write (key derived from the event id) that the ledger emits as SAVED_METADATA.
-async fn notify_rejection(
-    ledger: &dyn Ledger,
-    event: &OutboxEvent,
-    code: &str,
-    message: &str,
+/// Appends delivery records, then raises exceptions, retrying lock contention.
+async fn write_records(
+    store: &dyn Store,
+    records: &[DeliveryRecord],
+    exceptions: &[NewException],
 ) -> Result<()> {
-    let metadata = Metadata::from([
-        (OUTBOX_EVENT_ID_KEY.to_owned(), event.event_id.to_string()),
-        (OUTBOX_ACCOUNT_KEY.to_owned(), event.account.to_string()),
-        (OUTBOX_SEQUENCE_KEY.to_owned(), event.sequence.to_string()),
-        (OUTBOX_REJECTED_CODE_KEY.to_owned(), code.to_owned()),
-    ]);
-    let key = format!("{}:rejected", event.event_id);
-    ledger
-        .save_account_metadata(&key, &event.account, &metadata)
-        .await
-        .map_err(|e| e.with("rejection", format!("{code}: {message}")))
+    retry_transient!(store.append_deliveries(records))?;
+    for exception in exceptions {
+        retry_transient!(store.raise_exception(exception))?;
+    }
+    Ok(())
 }
 
 fn attempted_key(relay: &str) -> String {

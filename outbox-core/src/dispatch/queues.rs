@@ -1,4 +1,9 @@
 //! Per-account queues and the completion frontier that decides how far the cursor may move.
+//!
+//! Memory stays bounded when an account stops: nothing after a stopped head can be
+//! acknowledged in this run (the cursor may not pass it), so the frontier keeps no
+//! entry beyond the earliest stopped head, and a stopped account keeps only its head
+//! (its later events are dropped as they are read; a restart reads them again).
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::time::Instant;
@@ -18,6 +23,15 @@ pub(crate) struct Pending {
     /// A plain post (not a revert, not unreadable): may go in a bulk call. Decided once
     /// when the event is read, not on every attempt.
     pub post: bool,
+    /// The ledger refused the event and the refusal is durable in the store: only its
+    /// rejection notice is left to send (never the post again).
+    pub refused: Option<Refusal>,
+}
+
+/// A ledger refusal, recorded, whose notice is still to be written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    pub code: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,12 +59,20 @@ pub(crate) struct Queues {
     frontier: VecDeque<(Position, EventId)>,
     done: HashSet<EventId>,
     queued: usize,
+    /// The earliest stopped head: the frontier can never pass it in this run.
+    cap: Option<Position>,
 }
 
 impl Queues {
     pub fn push(&mut self, pending: Pending) {
-        self.frontier
-            .push_back((pending.event.position, pending.event.event_id));
+        if self.is_stopped(&pending.event.account) {
+            // Behind a stopped head: never sent in this run, re-read after a restart.
+            return;
+        }
+        if !self.beyond_cap(pending.event.position) {
+            self.frontier
+                .push_back((pending.event.position, pending.event.event_id));
+        }
         self.queued += 1;
         self.accounts
             .entry(pending.event.account.clone())
@@ -64,8 +86,28 @@ impl Queues {
 
     /// An event that needs no sending (already terminal before a restart).
     pub fn push_done(&mut self, event: &OutboxEvent) {
+        if self.beyond_cap(event.position) {
+            return;
+        }
         self.frontier.push_back((event.position, event.event_id));
         self.done.insert(event.event_id);
+    }
+
+    fn beyond_cap(&self, position: Position) -> bool {
+        self.cap.is_some_and(|cap| position > cap)
+    }
+
+    pub fn is_stopped(&self, account: &Account) -> bool {
+        self.accounts
+            .get(account)
+            .is_some_and(|q| q.state == AccountState::Stopped)
+    }
+
+    /// Entries the bookkeeping holds (frontier, done set, queued events), for the
+    /// memory-bound tests.
+    #[cfg(test)]
+    pub fn footprint(&self) -> usize {
+        self.frontier.len() + self.done.len() + self.queued
     }
 
     /// Events waiting in accounts that are not stopped (stopped ones do not count
@@ -122,10 +164,13 @@ impl Queues {
 
     /// The head of `account` reached a terminal outcome: drop it, the account is ready.
     pub fn complete_head(&mut self, account: &Account) {
+        let cap = self.cap;
         if let Some(q) = self.accounts.get_mut(account)
             && let Some(head) = q.events.pop_front()
         {
-            self.done.insert(head.event.event_id);
+            if cap.is_none_or(|cap| head.event.position <= cap) {
+                self.done.insert(head.event.event_id);
+            }
             self.queued -= 1;
             q.state = AccountState::Ready;
             if q.events.is_empty() {
@@ -147,6 +192,17 @@ impl Queues {
         })
     }
 
+    /// The head's notice failed transiently: park the account, counting only failures
+    /// (a notice is not a delivery attempt of the event).
+    pub fn park_notice(&mut self, account: &Account, until: Instant) {
+        if let Some(q) = self.accounts.get_mut(account) {
+            q.state = AccountState::Parked { until };
+            if let Some(head) = q.events.front_mut() {
+                head.failures += 1;
+            }
+        }
+    }
+
     /// Counts an attempt of the head (a terminal one, or before a stop).
     pub fn count_attempt(&mut self, account: &Account) {
         if let Some(head) = self
@@ -158,9 +214,38 @@ impl Queues {
         }
     }
 
-    pub fn stop(&mut self, account: &Account) {
+    /// The head of `account` was refused and the refusal recorded: it stays the head,
+    /// ready at once, until its notice is written.
+    pub fn refuse_head(&mut self, account: &Account, refusal: Refusal) {
         if let Some(q) = self.accounts.get_mut(account) {
-            q.state = AccountState::Stopped;
+            q.state = AccountState::Ready;
+            if let Some(head) = q.events.front_mut() {
+                head.refused = Some(refusal);
+                head.attempts += 1;
+                head.failures = 0;
+            }
+        }
+    }
+
+    /// Stops `account` for this run: keeps only its head, and caps the frontier there.
+    pub fn stop(&mut self, account: &Account) {
+        let Some(q) = self.accounts.get_mut(account) else {
+            return;
+        };
+        q.state = AccountState::Stopped;
+        let dropped = q.events.len().saturating_sub(1);
+        q.events.truncate(1);
+        self.queued -= dropped;
+        let Some(head) = q.events.front().map(|h| h.event.position) else {
+            return;
+        };
+        if self.cap.is_none_or(|cap| head < cap) {
+            self.cap = Some(head);
+            while self.frontier.back().is_some_and(|(p, _)| *p > head) {
+                if let Some((_, id)) = self.frontier.pop_back() {
+                    self.done.remove(&id);
+                }
+            }
         }
     }
 
@@ -176,5 +261,72 @@ impl Queues {
             self.frontier.pop_front();
         }
         moved
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{
+        Amount, Asset, LedgerCommand, Metadata, NewEvent, PostBody, PostCommand, Posting,
+    };
+    use crate::testing::MemoryStore;
+
+    fn event(store: &MemoryStore, merchant: &str) -> OutboxEvent {
+        store.add(&NewEvent::new(
+            Account::parse(&format!("merchants:{merchant}")).unwrap(),
+            LedgerCommand::Post(PostCommand {
+                body: PostBody::Postings(vec![Posting {
+                    source: Account::parse("world").unwrap(),
+                    destination: Account::parse("merchants:x").unwrap(),
+                    amount: Amount::new(1),
+                    asset: Asset::parse("USD/2").unwrap(),
+                }]),
+                reference: None,
+                metadata: Metadata::new(),
+            }),
+        ))
+    }
+
+    fn pending(event: OutboxEvent) -> Pending {
+        Pending {
+            event,
+            attempts: 0,
+            failures: 0,
+            uncertain: false,
+            post: true,
+            refused: None,
+        }
+    }
+
+    /// A stopped account pins the cursor for the rest of the run; what is read after
+    /// it (its own later events, and the other accounts' completed ones) must not
+    /// pile up in memory.
+    #[test]
+    fn a_stopped_account_keeps_the_bookkeeping_bounded() {
+        let store = MemoryStore::default();
+        let mut queues = Queues::default();
+        let stopped = event(&store, "stopped");
+        let account = stopped.account.clone();
+        queues.push(pending(stopped.clone()));
+        queues.stop(&account);
+        let healthy = Account::parse("merchants:healthy").unwrap();
+        for i in 0..5_000 {
+            let e = event(&store, if i % 2 == 0 { "stopped" } else { "healthy" });
+            queues.push(pending(e));
+            queues.complete_head(&healthy);
+            assert_eq!(
+                queues.advance_frontier(),
+                None,
+                "the cursor passed a stopped head"
+            );
+        }
+        assert!(
+            queues.footprint() <= 4,
+            "{} entries kept for 5,000 events read behind a stopped account",
+            queues.footprint()
+        );
+        assert_eq!(queues.stopped_accounts(), vec![account]);
+        assert!(queues.only_stopped_left());
     }
 }

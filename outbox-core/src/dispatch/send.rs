@@ -1,30 +1,51 @@
 //! Sending one round of heads to the ledger: bulk where it is safe, alone where a
-//! replay must be observed or the call is not a plain post.
+//! replay must be observed or the call is not a plain post, and the rejection notice
+//! of a head the ledger already refused.
 
 use futures_util::stream::{self, StreamExt};
 
 use super::config::DispatchConfig;
+use super::notice::notify_rejection;
 use super::queues::Pending;
-use crate::domain::{LedgerCommand, PayloadKind};
+use crate::domain::{EventId, LedgerCommand, Metadata, OutboxEvent, PayloadKind};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ledger::{BulkItem, Ledger, PostOutcome};
+use crate::store::{DeliveryOutcome, Store};
+
+/// What sending a head produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// The ledger's answer to the post or revert.
+    Posted(PostOutcome),
+    /// The rejection notice of a refused head was written.
+    Notified,
+    /// An uncertain event's rejection notice is already on the ledger: it was
+    /// refused before the crash, and is not posted again.
+    AlreadyRefused { code: String },
+}
 
 enum Job {
     Alone(Pending),
     Bulk(Vec<Pending>),
+    Notice(Pending),
 }
 
 /// Sends every head (at most one per account) and returns each with its answer.
 pub(crate) async fn send_round(
     ledger: &dyn Ledger,
+    store: &dyn Store,
     heads: Vec<Pending>,
     config: &DispatchConfig,
-) -> Vec<(Pending, Result<PostOutcome>)> {
+) -> Vec<(Pending, Result<Sent>)> {
     let max_bulk = config.max_bulk.min(ledger.capabilities().max_bulk);
     let use_bulk = config.bulk && max_bulk > 1;
     let mut jobs = Vec::new();
     let mut bulkable = Vec::new();
     for head in heads {
+        if head.refused.is_some() {
+            jobs.push(Job::Notice(head));
+            continue;
+        }
         // Bulk answers carry no hit flag, so an event that may already be in the ledger
         // is sent alone: its replay is then seen as Idempotency-Hit and recorded so.
         if use_bulk && head.post && !head.uncertain {
@@ -38,17 +59,24 @@ pub(crate) async fn send_round(
         jobs.push(Job::Bulk(std::mem::replace(&mut bulkable, rest)));
     }
     stream::iter(jobs)
-        .map(|job| run_job(ledger, job))
+        .map(|job| run_job(ledger, store, job))
         .buffer_unordered(config.parallel_requests.max(1))
         .flat_map(stream::iter)
         .collect()
         .await
 }
 
-async fn run_job(ledger: &dyn Ledger, job: Job) -> Vec<(Pending, Result<PostOutcome>)> {
+async fn run_job(ledger: &dyn Ledger, store: &dyn Store, job: Job) -> Vec<(Pending, Result<Sent>)> {
     match job {
+        Job::Notice(head) => {
+            let code = head.refused.as_ref().map_or("", |r| r.code.as_str());
+            let outcome = notify_rejection(ledger, &head.event, code)
+                .await
+                .map(|()| Sent::Notified);
+            vec![(head, outcome)]
+        }
         Job::Alone(head) => {
-            let outcome = send_alone(ledger, &head).await;
+            let outcome = send_alone(ledger, store, &head).await;
             vec![(head, outcome)]
         }
         Job::Bulk(heads) => {
@@ -66,9 +94,11 @@ async fn run_job(ledger: &dyn Ledger, job: Job) -> Vec<(Pending, Result<PostOutc
                 Err(e) => Err(e),
             };
             match answers {
-                Ok(answers) if answers.len() == heads.len() => {
-                    heads.into_iter().zip(answers).collect()
-                }
+                Ok(answers) if answers.len() == heads.len() => heads
+                    .into_iter()
+                    .zip(answers)
+                    .map(|(h, a)| (h, a.map(Sent::Posted)))
+                    .collect(),
                 Ok(answers) => {
                     let err = Error::new(
                         ErrorKind::Ledger,
@@ -87,10 +117,17 @@ async fn run_job(ledger: &dyn Ledger, job: Job) -> Vec<(Pending, Result<PostOutc
     }
 }
 
-async fn send_alone(ledger: &dyn Ledger, head: &Pending) -> Result<PostOutcome> {
+async fn send_alone(ledger: &dyn Ledger, store: &dyn Store, head: &Pending) -> Result<Sent> {
     let event = &head.event;
-    match event.payload.split()? {
-        (PayloadKind::Post, body) => ledger.post(event.event_id, body).await,
+    if head.uncertain
+        && let Some(code) = ledger
+            .rejection_notice(&event.account, event.event_id)
+            .await?
+    {
+        return Ok(Sent::AlreadyRefused { code });
+    }
+    let outcome = match event.payload.split()? {
+        (PayloadKind::Post, body) => ledger.post(event.event_id, body).await?,
         (PayloadKind::Revert { target }, _) => {
             let LedgerCommand::Revert(revert) = event.payload.command()? else {
                 return Err(Error::new(
@@ -98,14 +135,62 @@ async fn send_alone(ledger: &dyn Ledger, head: &Pending) -> Result<PostOutcome> 
                     "revert payload decoded as a post",
                 ));
             };
-            match ledger.transaction_by_event_id(target).await? {
-                Some(tx) => ledger.revert(event.event_id, tx.id, &revert.metadata).await,
-                // The target never reached the ledger (it was refused): nothing to revert.
-                None => Ok(PostOutcome::Rejected {
-                    code: "REVERT_TARGET_MISSING".into(),
-                    message: format!("no ledger transaction carries outbox_event_id {target}"),
-                }),
-            }
+            send_revert(ledger, store, event, target, &revert.metadata).await?
         }
-    }
+    };
+    Ok(Sent::Posted(outcome))
+}
+
+/// Reverts the ledger transaction of `target`, found through the target's own
+/// delivery record (or, for a record without a transaction id, the ledger).
+///
+/// A target that has no outcome yet is waited for (a transient error parks the
+/// account): refusing the revert for good would lose it. Enqueue keeps a revert on
+/// its target's account, behind it in sequence order, so the wait is a safety net
+/// for data written before that rule. Only a target the ledger refused makes the
+/// revert a refusal too: there is nothing to revert.
+async fn send_revert(
+    ledger: &dyn Ledger,
+    store: &dyn Store,
+    event: &OutboxEvent,
+    target: EventId,
+    metadata: &Metadata,
+) -> Result<PostOutcome> {
+    let terminal = store
+        .delivery_states(&[target])
+        .await?
+        .remove(&target)
+        .and_then(|state| state.terminal);
+    let recorded_tx = match terminal {
+        Some(record) if record.outcome == DeliveryOutcome::Rejected => {
+            return Ok(PostOutcome::Rejected {
+                code: "REVERT_TARGET_MISSING".into(),
+                message: format!(
+                    "the target {target} was refused by the ledger ({}): there is nothing to revert",
+                    record.error_code.as_deref().unwrap_or("no code")
+                ),
+            });
+        }
+        Some(record) => record.ledger_tx_id,
+        None => None,
+    };
+    let transaction_id = match recorded_tx {
+        Some(id) => id,
+        None => match ledger.transaction_by_event_id(target).await? {
+            Some(tx) => tx.id,
+            None => {
+                return Err(Error::new(
+                    ErrorKind::NotFound,
+                    format!(
+                        "revert target {target} has no ledger transaction yet: the revert waits for it"
+                    ),
+                )
+                .with("revert", target)
+                .transient(None));
+            }
+        },
+    };
+    ledger
+        .revert(event.event_id, transaction_id, metadata)
+        .await
 }

@@ -7,10 +7,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::*;
-use crate::domain::Account;
 use crate::domain::{
-    Amount, Asset, EventId, LedgerCommand, NewEvent, PostBody, PostCommand, Posting, RevertCommand,
+    Account, Amount, Asset, EventId, LedgerCommand, Metadata, NewEvent, OUTBOX_EVENT_ID_KEY,
+    OUTBOX_SEQUENCE_KEY, PostBody, PostCommand, Posting, RevertCommand,
 };
+use crate::exception::ExceptionKind;
 use crate::relay::PollingRelay;
 use crate::testing::{FakeLedger, MemoryStore};
 
@@ -187,8 +188,8 @@ async fn after_a_crash_the_uncertain_window_is_resent_alone_and_seen_as_replay()
         store.outcomes(events[3].event_id),
         vec![DeliveryOutcome::Accepted]
     );
-    // A second restart finds every event terminal and sends nothing.
-    store.save_cursor("relay", Position::Row(0)).await.unwrap();
+    // A second restart (from an earlier cursor) finds every event terminal and sends nothing.
+    store.0.lock().unwrap().cursors.remove("relay");
     let calls_before = ledger.calls().len();
     let again = drain(&store, &ledger, config()).await;
     assert_eq!(
@@ -257,4 +258,240 @@ async fn shutdown_stops_a_daemon_cleanly() {
         .unwrap();
     assert_eq!(summary.accepted, 1);
     assert_eq!(store.load_cursor("relay").await.unwrap(), Some(e.position));
+}
+
+fn rejected() -> Result<PostOutcome> {
+    Ok(PostOutcome::Rejected {
+        code: "INSUFFICIENT_FUND".into(),
+        message: "no".into(),
+    })
+}
+
+fn posts_of(ledger: &FakeLedger, id: EventId) -> usize {
+    ledger
+        .calls()
+        .iter()
+        .filter(|(kind, c)| *c == id && *kind != "revert")
+        .count()
+}
+
+/// A refusal is not idempotent in the ledger: re-posting it after a lost notice
+/// answer would commit it once the account is funded. Only the notice is retried.
+#[tokio::test]
+async fn a_lost_notice_answer_retries_the_notice_never_the_payout() {
+    let (store, ledger) = (MemoryStore::default(), FakeLedger::default());
+    let refused = store.add(&payout("a", 1));
+    let next = store.add(&payout("a", 2));
+    ledger.script(refused.event_id, vec![rejected()]);
+    ledger.0.lock().unwrap().notice_answers_lost = 2;
+    let summary = drain(&store, &ledger, config()).await;
+    assert_eq!(
+        posts_of(&ledger, refused.event_id),
+        1,
+        "the refused payout was posted again: {:?}",
+        ledger.calls()
+    );
+    assert_eq!((summary.rejected, summary.accepted), (1, 1), "{summary:?}");
+    assert_eq!(
+        store.outcomes(refused.event_id),
+        vec![DeliveryOutcome::Rejected]
+    );
+    let notices = ledger.0.lock().unwrap().notices.clone();
+    assert_eq!(notices.len(), 3, "one notice and two retries of it");
+    assert!(
+        notices
+            .iter()
+            .all(|(key, m)| *key == format!("{}:rejected", refused.event_id) && m == &notices[0].1),
+        "every retry is the same notice (a replay for the ledger): {notices:?}"
+    );
+    assert_eq!(
+        store.outcomes(next.event_id),
+        vec![DeliveryOutcome::Accepted]
+    );
+}
+
+/// The refusal is durable in the store before anyone hears of it.
+#[tokio::test]
+async fn a_refusal_is_recorded_before_its_notice_is_sent() {
+    let (store, ledger) = (MemoryStore::default(), FakeLedger::default());
+    let refused: Vec<_> = (0..5)
+        .map(|i| store.add(&payout(&i.to_string(), 1)))
+        .collect();
+    for e in &refused {
+        ledger.script(e.event_id, vec![rejected()]);
+    }
+    ledger.0.lock().unwrap().observed = Some(store.clone());
+    let summary = drain(&store, &ledger, config()).await;
+    assert_eq!(summary.rejected, 5);
+    let seen = ledger.0.lock().unwrap().notice_after_record.clone();
+    assert_eq!(
+        seen,
+        vec![true; 5],
+        "a notice went out before its Rejected record"
+    );
+}
+
+/// After a crash an event without records may have been refused and announced: the
+/// relay finds its notice on the ledger and does not post it again.
+#[tokio::test]
+async fn an_uncertain_event_with_a_notice_on_the_ledger_is_not_posted_again() {
+    let (store, ledger) = (MemoryStore::default(), FakeLedger::default());
+    let refused = store.add(&payout("a", 1));
+    let next = store.add(&payout("a", 2));
+    store
+        .save_cursor("relay@attempted", next.position)
+        .await
+        .unwrap();
+    // The previous run's notice reached the ledger; its records did not reach the store.
+    crate::dispatch::notice::notify_rejection(&ledger, &refused, "INSUFFICIENT_FUND")
+        .await
+        .unwrap();
+    let summary = drain(&store, &ledger, config()).await;
+    assert_eq!(
+        posts_of(&ledger, refused.event_id),
+        0,
+        "an announced refusal was posted again"
+    );
+    assert_eq!(summary.rejected, 1);
+    let records = store.0.lock().unwrap().deliveries.clone();
+    let first = records
+        .iter()
+        .find(|r| r.event_id == refused.event_id)
+        .unwrap();
+    assert_eq!(
+        (first.outcome, first.error_code.as_deref()),
+        (DeliveryOutcome::Rejected, Some("INSUFFICIENT_FUND"))
+    );
+    assert_eq!(
+        store.outcomes(next.event_id),
+        vec![DeliveryOutcome::Accepted]
+    );
+}
+
+/// A refusal recorded just before a crash may not have been announced: after the
+/// restart its notice is sent (a replay if it was), and the payout is not.
+#[tokio::test]
+async fn a_recorded_refusal_gets_its_notice_after_a_restart() {
+    let (store, ledger) = (MemoryStore::default(), FakeLedger::default());
+    let refused = store.add(&payout("a", 1));
+    store
+        .save_cursor("relay@attempted", refused.position)
+        .await
+        .unwrap();
+    let mut record = super::record(
+        &refused,
+        1,
+        DeliveryOutcome::Rejected,
+        None,
+        Some("INSUFFICIENT_FUND".into()),
+        None,
+    );
+    record.detail = Some("no".into());
+    store.append_deliveries(&[record]).await.unwrap();
+    drain(&store, &ledger, config()).await;
+    assert_eq!(posts_of(&ledger, refused.event_id), 0);
+    let notices = ledger.0.lock().unwrap().notices.clone();
+    assert_eq!(
+        notices.len(),
+        1,
+        "the notice was not sent after the restart"
+    );
+    assert_eq!(notices[0].1[OUTBOX_REJECTED_CODE_KEY], "INSUFFICIENT_FUND");
+    assert_eq!(
+        store.load_cursor("relay").await.unwrap(),
+        Some(refused.position)
+    );
+}
+
+/// A revert whose target has no outcome yet waits for it (parked), instead of
+/// being refused for good.
+#[tokio::test]
+async fn a_revert_waits_for_its_target() {
+    let (store, ledger) = (MemoryStore::default(), FakeLedger::default());
+    let target = store.add(&payout("a", 100));
+    // Written before enqueue checked the account (data from an older version).
+    let revert = store.add(&NewEvent::new(
+        Account::parse("merchants:b").unwrap(),
+        LedgerCommand::Revert(RevertCommand {
+            event_id: target.event_id,
+            metadata: Metadata::new(),
+        }),
+    ));
+    ledger.script(target.event_id, vec![transient(), transient(), transient()]);
+    let summary = drain(&store, &ledger, config()).await;
+    assert_eq!(
+        store.outcomes(revert.event_id).last(),
+        Some(&DeliveryOutcome::Accepted),
+        "{summary:?}"
+    );
+    let reverts = ledger.0.lock().unwrap().reverts.clone();
+    assert_eq!(reverts.len(), 1);
+    assert_eq!(reverts[0].0, revert.event_id);
+    assert_eq!(summary.rejected, 0);
+}
+
+/// A revert of a refused target is refused too: there is nothing to revert.
+#[tokio::test]
+async fn a_revert_of_a_refused_target_is_refused() {
+    let (store, ledger) = (MemoryStore::default(), FakeLedger::default());
+    let target = store.add(&payout("a", 100));
+    let revert = store.add(&NewEvent::new(
+        target.account.clone(),
+        LedgerCommand::Revert(RevertCommand {
+            event_id: target.event_id,
+            metadata: Metadata::new(),
+        }),
+    ));
+    ledger.script(target.event_id, vec![rejected()]);
+    let summary = drain(&store, &ledger, config()).await;
+    assert_eq!(summary.rejected, 2);
+    let records = store.0.lock().unwrap().deliveries.clone();
+    let refusal = records
+        .iter()
+        .find(|r| r.event_id == revert.event_id)
+        .unwrap();
+    assert_eq!(refusal.error_code.as_deref(), Some("REVERT_TARGET_MISSING"));
+    assert!(ledger.0.lock().unwrap().reverts.is_empty());
+}
+
+/// After a restart the uncertain window is looked up a batch at a time.
+#[tokio::test]
+async fn the_uncertain_window_is_looked_up_in_batches() {
+    let (store, ledger) = (MemoryStore::default(), FakeLedger::default());
+    let events: Vec<_> = (0..1200)
+        .map(|i| store.add(&payout(&(i % 50).to_string(), 1)))
+        .collect();
+    store
+        .save_cursor("relay@attempted", events[1199].position)
+        .await
+        .unwrap();
+    drain(&store, &ledger, config()).await;
+    let (single, batch) = {
+        let s = store.0.lock().unwrap();
+        (s.single_lookups, s.batch_lookups)
+    };
+    assert_eq!(single, 0, "events were looked up one by one");
+    assert!(batch <= 3, "{batch} batch lookups for 1,200 events");
+}
+
+/// A relay name with no cursor on an outbox that already has records would re-send
+/// everything: it refuses to start.
+#[tokio::test]
+async fn a_relay_without_a_cursor_on_a_delivered_outbox_refuses_to_start() {
+    let (store, ledger) = (MemoryStore::default(), FakeLedger::default());
+    store.add(&payout("a", 1));
+    drain(&store, &ledger, config()).await;
+    let relay = PollingRelay::open(store.clone(), "another-name", None)
+        .await
+        .unwrap();
+    let err = Dispatcher::open(
+        Arc::new(store.clone()),
+        Box::new(relay),
+        Arc::new(ledger.clone()),
+        config(),
+    )
+    .await
+    .expect_err("a fresh relay name started on a delivered outbox");
+    assert_eq!(err.kind(), &ErrorKind::Config, "{err}");
+    assert!(err.to_string().contains("another-name"), "{err}");
 }

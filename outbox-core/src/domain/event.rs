@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 
 use super::{Account, EventId, LedgerCommand, Payload, Position};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// An event to enqueue in the caller's transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +28,40 @@ impl NewEvent {
     pub fn with_event_id(mut self, id: EventId) -> Self {
         self.event_id = Some(id);
         self
+    }
+
+    /// The event a revert undoes; `None` for a post.
+    pub fn revert_target(&self) -> Option<EventId> {
+        match &self.command {
+            LedgerCommand::Revert(revert) => Some(revert.event_id),
+            LedgerCommand::Post(_) => None,
+        }
+    }
+
+    /// Checks a revert against its target as the outbox holds it (`None`: not in the
+    /// outbox). A revert must follow its target in the same account's sequence: then
+    /// the relay sends it only after the target's outcome is known, and never reverts
+    /// a transaction that does not exist yet. Errors name the field `revert`.
+    pub fn check_revert_target(&self, target_account: Option<&Account>) -> Result<()> {
+        let Some(target) = self.revert_target() else {
+            return Ok(());
+        };
+        match target_account {
+            None => Err(Error::invalid(
+                "revert",
+                format!(
+                    "{target} is not in the outbox: a revert names an event enqueued before it"
+                ),
+            )),
+            Some(owner) if *owner != self.account => Err(Error::invalid(
+                "revert",
+                format!(
+                    "{target} belongs to account {owner}, not {}: enqueue the revert on its target's account so it follows the target in sequence order",
+                    self.account
+                ),
+            )),
+            Some(_) => Ok(()),
+        }
     }
 
     /// Fixes the event id and encodes the payload for `sequence`; errors name the field.

@@ -1,0 +1,305 @@
+//! A refused payout and a relay killed with SIGKILL around its refusal, on SQLite and
+//! on PostgreSQL.
+//!
+//! The ledger keeps no idempotency key for a refusal: re-posting a refused payout
+//! evaluates it again, and once the merchant is funded it commits. So the one thing
+//! that must never happen is both at once: a rejection notice on the ledger (Hop 2
+//! tells consumers the payout was refused) and a committed transaction for the same
+//! payout. Each case kills the relay in the window where the old relay let that
+//! happen, funds the merchant, restarts the relay, and checks that invariant and the
+//! merchant's order on the ledger.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::postgres::PgOutbox;
+use common::*;
+use outbox_core::{
+    DeliveryOutcome, EventId, Ledger, NewEvent, OutboxEvent, Store,
+    dispatch::OUTBOX_REJECTED_CODE_KEY,
+};
+use outbox_ledger_dev::{FaultPlan, RunningDevLedger};
+use outbox_ledger_formance::FormanceLedger;
+
+/// The outbox under test, on either store.
+enum Backend {
+    Sqlite(Outbox),
+    Postgres(PgOutbox),
+}
+
+/// A write lock on the delivery records, held by the test: the relay's next record
+/// waits behind it.
+enum RecordLock {
+    Sqlite(rusqlite::Connection),
+    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
+}
+
+impl Backend {
+    fn url(&self) -> String {
+        match self {
+            Self::Sqlite(o) => o.url(),
+            Self::Postgres(o) => o.url(),
+        }
+    }
+
+    async fn enqueue(&self, events: &[NewEvent]) -> Vec<OutboxEvent> {
+        match self {
+            Self::Sqlite(o) => o.enqueue(events),
+            Self::Postgres(o) => o.enqueue(events).await,
+        }
+    }
+
+    async fn outcomes(&self, id: EventId) -> Vec<DeliveryOutcome> {
+        let records = match self {
+            Self::Sqlite(o) => o.store.deliveries(id).await,
+            Self::Postgres(o) => o.store.deliveries(id).await,
+        };
+        records.unwrap().into_iter().map(|r| r.outcome).collect()
+    }
+
+    async fn lock_records(&self) -> RecordLock {
+        match self {
+            Self::Sqlite(o) => {
+                let conn = o.store.connect().unwrap();
+                conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+                RecordLock::Sqlite(conn)
+            }
+            Self::Postgres(o) => {
+                let mut tx = o.store.pool().begin().await.unwrap();
+                sqlx::query("LOCK TABLE outbox_deliveries IN EXCLUSIVE MODE")
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
+                RecordLock::Postgres(tx)
+            }
+        }
+    }
+
+    async fn cleanup(self) {
+        if let Self::Postgres(o) = self {
+            o.drop(None).await;
+        }
+    }
+}
+
+impl RecordLock {
+    async fn release(self) {
+        match self {
+            Self::Sqlite(conn) => conn.execute_batch("ROLLBACK").unwrap(),
+            Self::Postgres(tx) => tx.rollback().await.unwrap(),
+        }
+    }
+}
+
+async fn sqlite() -> Backend {
+    Backend::Sqlite(Outbox::new().await)
+}
+
+async fn postgres() -> Option<Backend> {
+    PgOutbox::new().await.map(Backend::Postgres)
+}
+
+/// A payout the merchant cannot cover yet, marked so the dev ledger can hold its answer.
+fn refused_payout(merchant: &str, marker: &str) -> NewEvent {
+    let mut event = payout(merchant, 1_000);
+    if let outbox_core::LedgerCommand::Post(post) = &mut event.command {
+        post.reference = Some(marker.to_owned());
+    }
+    event
+}
+
+/// Waits (bounded) until `done` holds.
+async fn wait_until<F: AsyncFnMut() -> bool>(limit: Duration, mut done: F) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if done().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+/// Whether the merchant's latest rejection notice on the ledger is `event`'s (each
+/// case refuses one payout per merchant).
+async fn notice_on_ledger(reader: &FormanceLedger, event: &OutboxEvent) -> bool {
+    reader
+        .account(&event.account)
+        .await
+        .unwrap()
+        .is_some_and(|a| {
+            a.metadata.get(outbox_core::OUTBOX_EVENT_ID_KEY) == Some(&event.event_id.to_string())
+        })
+}
+
+async fn fund_on_ledger(reader: &FormanceLedger, merchant: &str) {
+    let body = format!(
+        r#"{{"postings":[{{"source":"world","destination":"merchants:{merchant}:available","amount":10000,"asset":"USD/2"}}]}}"#
+    );
+    reader.post(EventId::new(), body.as_bytes()).await.unwrap();
+}
+
+/// Runs the relay once more to the end, after the crash.
+async fn restart_and_drain(backend: &Backend, ledger: &RunningDevLedger) {
+    let out = relay_process(&backend.url(), &ledger.url(), &["--once"])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the restarted relay failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The invariant, and the merchant's order on the ledger: the refused payout is
+/// either refused and announced, or committed and never announced (before the
+/// merchant's next payout).
+async fn assert_refused_xor_committed(
+    reader: &FormanceLedger,
+    refused: &OutboxEvent,
+    next: &OutboxEvent,
+) -> bool {
+    let committed = reader
+        .transaction_by_event_id(refused.event_id)
+        .await
+        .unwrap();
+    let announced = notice_on_ledger(reader, refused).await;
+    assert!(
+        !(committed.is_some() && announced),
+        "the payout Hop 2 reported as refused was committed too (tx {:?})",
+        committed.map(|t| t.id)
+    );
+    let next_tx = reader
+        .transaction_by_event_id(next.event_id)
+        .await
+        .unwrap()
+        .expect("the merchant's next payout was posted");
+    if let Some(tx) = &committed {
+        assert!(
+            tx.id < next_tx.id,
+            "the refused payout committed after the merchant's next event ({} > {})",
+            tx.id,
+            next_tx.id
+        );
+    }
+    committed.is_none()
+}
+
+/// SIGKILL while the relay's `Rejected` record waits on the store: a notice must not
+/// have gone out before that record is durable.
+async fn killed_while_the_refusal_waits_on_the_store(backend: Backend) {
+    let ledger = dev_ledger(None).await;
+    let reader = client(&ledger, Duration::from_secs(10));
+    let marker = format!("hold-{}", EventId::new());
+    let stored = backend
+        .enqueue(&[
+            fund("31", 100),
+            refused_payout("31", &marker),
+            payout("31", 50),
+        ])
+        .await;
+    ledger
+        .faults()
+        .set_plan(FaultPlan {
+            hold_matching: Some(marker),
+            hold_matching_count: Some(1),
+            hold_ms: 1_500,
+            ..FaultPlan::default()
+        })
+        .unwrap();
+    let mut relay = relay_process(&backend.url(), &ledger.url(), &[])
+        .spawn()
+        .unwrap();
+    // The refused post has reached the ledger (its answer is held): lock the records.
+    let faults = ledger.faults();
+    assert!(
+        wait_until(Duration::from_secs(30), async || faults
+            .plan()
+            .hold_matching_count
+            == Some(0))
+        .await,
+        "the relay never posted the payout"
+    );
+    let lock = backend.lock_records().await;
+    // The old relay announced the refusal here, before recording it.
+    let announced = wait_until(Duration::from_secs(4), async || {
+        notice_on_ledger(&reader, &stored[1]).await
+    })
+    .await;
+    relay.kill().await.unwrap();
+    relay.wait().await.unwrap();
+    lock.release().await;
+    fund_on_ledger(&reader, "31").await;
+    restart_and_drain(&backend, &ledger).await;
+    let still_refused = assert_refused_xor_committed(&reader, &stored[1], &stored[2]).await;
+    if announced {
+        assert!(still_refused, "announced, then committed");
+    }
+    ledger.shutdown().await;
+    backend.cleanup().await;
+}
+
+/// SIGKILL once the refusal is recorded and its notice is written but unanswered:
+/// after the restart only the notice is sent again, never the payout.
+async fn killed_while_the_notice_is_unanswered(backend: Backend) {
+    let ledger = dev_ledger(None).await;
+    let reader = client(&ledger, Duration::from_secs(10));
+    let stored = backend
+        .enqueue(&[fund("32", 100), payout("32", 1_000), payout("32", 50)])
+        .await;
+    ledger
+        .faults()
+        .hold_after_commit_matching(OUTBOX_REJECTED_CODE_KEY, Duration::from_secs(60));
+    let mut relay = relay_process(&backend.url(), &ledger.url(), &[])
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(30), async || notice_on_ledger(
+            &reader, &stored[1]
+        )
+        .await)
+        .await,
+        "no rejection notice reached the ledger"
+    );
+    relay.kill().await.unwrap();
+    relay.wait().await.unwrap();
+    ledger.faults().clear();
+    fund_on_ledger(&reader, "32").await;
+    restart_and_drain(&backend, &ledger).await;
+    assert!(
+        assert_refused_xor_committed(&reader, &stored[1], &stored[2]).await,
+        "the announced refusal was posted again and committed"
+    );
+    assert_eq!(
+        backend.outcomes(stored[1].event_id).await,
+        vec![DeliveryOutcome::Rejected]
+    );
+    ledger.shutdown().await;
+    backend.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_killed_while_the_refusal_waits_on_the_store() {
+    killed_while_the_refusal_waits_on_the_store(sqlite().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_killed_while_the_notice_is_unanswered() {
+    killed_while_the_notice_is_unanswered(sqlite().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_killed_while_the_refusal_waits_on_the_store() {
+    if let Some(backend) = postgres().await {
+        killed_while_the_refusal_waits_on_the_store(backend).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_killed_while_the_notice_is_unanswered() {
+    if let Some(backend) = postgres().await {
+        killed_while_the_notice_is_unanswered(backend).await;
+    }
+}
