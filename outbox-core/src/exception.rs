@@ -27,10 +27,13 @@ pub enum ExceptionKind {
     BalanceMismatch,
     /// Reconciliation: an outbox event without a ledger transaction, or the reverse.
     Unmatched,
+    /// One instruction reported with two outcomes (committed after rejected, or the
+    /// reverse): money may sit on the wrong side; nothing of the second was applied.
+    ConflictingOutcome,
 }
 
 impl ExceptionKind {
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::Rejected,
         Self::IdempotencyMismatch,
         Self::Stopped,
@@ -40,6 +43,7 @@ impl ExceptionKind {
         Self::SequenceContinuity,
         Self::BalanceMismatch,
         Self::Unmatched,
+        Self::ConflictingOutcome,
     ];
 
     /// The stable name stored in the `exceptions.kind` column.
@@ -54,6 +58,7 @@ impl ExceptionKind {
             Self::SequenceContinuity => "sequence_continuity",
             Self::BalanceMismatch => "balance_mismatch",
             Self::Unmatched => "unmatched",
+            Self::ConflictingOutcome => "conflicting_outcome",
         }
     }
 

@@ -19,9 +19,12 @@ use crate::store::insert_exception;
 /// # Concurrency
 /// Several workers may accept messages of one consumer at once, each in its own
 /// transaction:
-/// - [`Inbox::is_processed`] first takes a transaction-scoped advisory lock on
-///   (consumer, instruction id), so a redelivery racing the first delivery waits for
-///   it and is then reported as a duplicate.
+/// - [`Inbox::processed_kind`] (and [`Inbox::claim_next`]) first take a
+///   transaction-scoped advisory lock on (consumer, instruction id), so a redelivery
+///   racing the first delivery waits for it and is then reported as a duplicate.
+/// - [`Inbox::claim_next`] looks for the instruction again once it holds the
+///   account's lock: a redelivery racing the release of its own held original (a
+///   release takes no advisory lock) is then a duplicate too, not a stale sequence.
 /// - [`Inbox::last_applied`] locks the (consumer, account) high-water-mark row (creating
 ///   it at 0), so one account's messages are decided one transaction at a time: two
 ///   messages can never both be applied at one sequence, and a message held while its
@@ -48,23 +51,30 @@ fn corrupt(column: &str, e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Internal, format!("{column}: {e}"))
 }
 
+/// A stored message kind, or the column named as corrupt.
+fn parse_kind(column: &str, kind: &str) -> outbox_core::Result<MessageKind> {
+    MessageKind::parse(kind).ok_or_else(|| corrupt(column, kind))
+}
+
 fn sequence_param(sequence: u64) -> outbox_core::Result<i64> {
     i64::try_from(sequence)
         .map_err(|_| Error::invalid("sequence", format!("{sequence} does not fit a bigint")))
 }
 
 impl Inbox for PgInbox<'_> {
-    async fn is_processed(
+    async fn processed_kind(
         &mut self,
         consumer: &str,
         instruction_id: &str,
-    ) -> outbox_core::Result<bool> {
-        sqlx::query_scalar("SELECT outbox_inbox_claim($1, $2)")
+    ) -> outbox_core::Result<Option<MessageKind>> {
+        let kind: Option<String> = sqlx::query_scalar("SELECT outbox_inbox_claim_kind($1, $2)")
             .bind(consumer)
             .bind(instruction_id)
             .fetch_one(&mut *self.conn)
             .await
-            .storage()
+            .storage()?;
+        kind.map(|kind| parse_kind("inbox_messages.kind", &kind))
+            .transpose()
     }
 
     async fn last_applied(
@@ -127,9 +137,9 @@ impl Inbox for PgInbox<'_> {
                  ON CONFLICT DO NOTHING
                  RETURNING instruction_id
              )
-             SELECT true AS held, instruction_id FROM inserted
+             SELECT true AS held, instruction_id, $5 AS kind FROM inserted
              UNION ALL
-             SELECT false, instruction_id FROM inbox_held
+             SELECT false, instruction_id, kind FROM inbox_held
              WHERE consumer = $1 AND account = $2 AND sequence = $3
                AND NOT EXISTS (SELECT 1 FROM inserted)",
         )
@@ -149,13 +159,14 @@ impl Inbox for PgInbox<'_> {
             } else {
                 HoldResult::Occupied {
                     instruction_id: row.get("instruction_id"),
+                    kind: parse_kind("inbox_held.kind", row.get("kind"))?,
                 }
             });
         }
         // The slot's holder committed after this statement's snapshot was taken (the
         // insert waited for it): a new statement sees it.
-        let instruction_id: String = sqlx::query_scalar(
-            "SELECT instruction_id FROM inbox_held WHERE consumer = $1 AND account = $2 AND sequence = $3",
+        let (instruction_id, kind): (String, String) = sqlx::query_as(
+            "SELECT instruction_id, kind FROM inbox_held WHERE consumer = $1 AND account = $2 AND sequence = $3",
         )
         .bind(consumer)
         .bind(message.account.as_str())
@@ -163,7 +174,10 @@ impl Inbox for PgInbox<'_> {
         .fetch_one(&mut *self.conn)
         .await
         .storage()?;
-        Ok(HoldResult::Occupied { instruction_id })
+        Ok(HoldResult::Occupied {
+            instruction_id,
+            kind: parse_kind("inbox_held.kind", &kind)?,
+        })
     }
 
     async fn take_held(
@@ -183,12 +197,11 @@ impl Inbox for PgInbox<'_> {
         .await
         .storage()?;
         let Some(row) = row else { return Ok(None) };
-        let kind: String = row.get("kind");
         Ok(Some(InboxMessage {
             instruction_id: row.get("instruction_id"),
             account: account.clone(),
             sequence,
-            kind: MessageKind::parse(&kind).ok_or_else(|| corrupt("inbox_held.kind", &kind))?,
+            kind: parse_kind("inbox_held.kind", row.get("kind"))?,
             payload: row.get("payload"),
         }))
     }
@@ -199,7 +212,7 @@ impl Inbox for PgInbox<'_> {
         message: &InboxMessage,
     ) -> outbox_core::Result<Claim> {
         let row = sqlx::query(
-            "SELECT verdict, last, held_instruction, held_kind, held_payload
+            "SELECT verdict, last, recorded_kind, held_instruction, held_kind, held_payload
              FROM outbox_inbox_claim_next($1, $2, $3, $4, $5)",
         )
         .bind(consumer)
@@ -212,7 +225,9 @@ impl Inbox for PgInbox<'_> {
         .storage()?;
         let verdict: String = row.get("verdict");
         match verdict.as_str() {
-            "duplicate" => Ok(Claim::Duplicate),
+            "duplicate" => Ok(Claim::Duplicate {
+                recorded: parse_kind("inbox_messages.kind", row.get("recorded_kind"))?,
+            }),
             "not next" => {
                 let last: i64 = row.get("last");
                 let last_applied = u64::try_from(last)
@@ -222,17 +237,13 @@ impl Inbox for PgInbox<'_> {
             "claimed" => {
                 let next_held = match row.get::<Option<String>, _>("held_instruction") {
                     None => None,
-                    Some(instruction_id) => {
-                        let kind: String = row.get("held_kind");
-                        Some(InboxMessage {
-                            instruction_id,
-                            account: message.account.clone(),
-                            sequence: message.sequence + 1,
-                            kind: MessageKind::parse(&kind)
-                                .ok_or_else(|| corrupt("inbox_held.kind", &kind))?,
-                            payload: row.get("held_payload"),
-                        })
-                    }
+                    Some(instruction_id) => Some(InboxMessage {
+                        instruction_id,
+                        account: message.account.clone(),
+                        sequence: message.sequence + 1,
+                        kind: parse_kind("inbox_held.kind", row.get("held_kind"))?,
+                        payload: row.get("held_payload"),
+                    }),
                 };
                 Ok(Claim::Claimed { next_held })
             }

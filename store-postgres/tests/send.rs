@@ -37,7 +37,7 @@ fn futures_are_send(
     ));
     send(enqueue(conn, event));
     let mut inbox = PgInbox::new(conn);
-    send(inbox.is_processed("consumer", "id"));
+    send(inbox.processed_kind("consumer", "id"));
     send(inbox.last_applied("consumer", account));
     send(inbox.mark_applied("consumer", message));
     send(inbox.hold("consumer", message));

@@ -35,21 +35,30 @@ fn corrupt(what: &str, e: outbox_core::Error) -> rusqlite::Error {
     )
 }
 
+/// A stored message kind, or the column named as corrupt.
+fn parse_kind(column: &str, kind: String) -> rusqlite::Result<MessageKind> {
+    MessageKind::parse(&kind)
+        .ok_or_else(|| corrupt(column, outbox_core::Error::invalid("kind", kind.clone())))
+}
+
 impl Inbox for SqliteInbox<'_> {
-    async fn is_processed(
+    async fn processed_kind(
         &mut self,
         consumer: &str,
         instruction_id: &str,
-    ) -> outbox_core::Result<bool> {
-        self.conn
+    ) -> outbox_core::Result<Option<MessageKind>> {
+        let kind: Option<String> = self
+            .conn
             .prepare_cached(
-                "SELECT 1 FROM inbox_messages WHERE consumer = ?1 AND instruction_id = ?2",
+                "SELECT kind FROM inbox_messages WHERE consumer = ?1 AND instruction_id = ?2",
             )
             .storage()?
-            .query_row([consumer, instruction_id], |_| Ok(()))
+            .query_row([consumer, instruction_id], |row| row.get(0))
             .optional()
+            .storage()?;
+        kind.map(|kind| parse_kind("inbox_messages.kind", kind))
+            .transpose()
             .storage()
-            .map(|found| found.is_some())
     }
 
     async fn last_applied(
@@ -125,15 +134,19 @@ impl Inbox for SqliteInbox<'_> {
         if inserted == 1 {
             return Ok(HoldResult::Held);
         }
-        let instruction_id: String = self
+        let (instruction_id, kind): (String, String) = self
             .conn
             .query_row(
-                "SELECT instruction_id FROM inbox_held WHERE consumer = ?1 AND account = ?2 AND sequence = ?3",
+                "SELECT instruction_id, kind FROM inbox_held WHERE consumer = ?1 AND account = ?2 AND sequence = ?3",
                 params![consumer, message.account.as_str(), message.sequence as i64],
-                |row| row.get(0),
+                |row| Ok((row.get(0)?, row.get(1)?)),
             )
             .storage()?;
-        Ok(HoldResult::Occupied { instruction_id })
+        let kind = parse_kind("inbox_held.kind", kind).storage()?;
+        Ok(HoldResult::Occupied {
+            instruction_id,
+            kind,
+        })
     }
 
     async fn take_held(
@@ -151,17 +164,11 @@ impl Inbox for SqliteInbox<'_> {
             .query_row(
                 params![consumer, account.as_str(), sequence as i64],
                 |row| {
-                    let kind: String = row.get(1)?;
                     Ok(InboxMessage {
                         instruction_id: row.get(0)?,
                         account: account.clone(),
                         sequence,
-                        kind: MessageKind::parse(&kind).ok_or_else(|| {
-                            corrupt(
-                                "inbox_held.kind",
-                                outbox_core::Error::invalid("kind", kind.clone()),
-                            )
-                        })?,
+                        kind: parse_kind("inbox_held.kind", row.get(1)?)?,
                         payload: row.get(2)?,
                     })
                 },

@@ -342,3 +342,110 @@ pub async fn consumers_are_isolated<H: InboxHarness>(h: &H) {
         vec![(ACCT.to_owned(), 10)]
     );
 }
+
+/// The one exception recorded, which must be a `ConflictingOutcome` naming the
+/// account, the sequence, the instruction and both outcomes.
+async fn assert_one_conflicting_outcome<H: InboxHarness>(
+    h: &H,
+    id: &str,
+    seq: u64,
+    kinds: [MessageKind; 2],
+) {
+    let exceptions = h.exceptions().await;
+    assert_eq!(exceptions.len(), 1, "{exceptions:?}");
+    let e = &exceptions[0];
+    assert_eq!(e.kind, ExceptionKind::ConflictingOutcome, "{e:?}");
+    assert_eq!((e.account.as_str(), e.sequence), (ACCT, seq));
+    assert!(e.detail.contains(id), "{}", e.detail);
+    for kind in kinds {
+        assert!(e.detail.contains(kind.as_str()), "{}", e.detail);
+    }
+}
+
+pub async fn committed_after_rejected_is_a_conflicting_outcome<H: InboxHarness>(h: &H) {
+    accept_ok(h, "i-1", 1, MessageKind::Committed, 10).await;
+    // The ledger refused sequence 2 (INSUFFICIENT_FUND) and the notice consumed it.
+    accept_ok(h, "i-2", 2, MessageKind::Rejected, 500).await;
+    // Later the same instruction arrives as committed: the ledger moved the money
+    // Hop 2 had already reported as refused.
+    assert_eq!(
+        accept_ok(h, "i-2", 2, MessageKind::Committed, 500).await,
+        Accepted::ConflictingOutcome {
+            recorded: MessageKind::Rejected,
+            received: MessageKind::Committed,
+        }
+    );
+    assert_eq!(
+        h.treasury(C).await,
+        vec![(ACCT.to_owned(), 10)],
+        "the conflicting commit was applied"
+    );
+    assert_eq!(
+        applied_ids(&h.applied(C).await),
+        vec![("i-1", 1), ("i-2", 2)]
+    );
+    assert_one_conflicting_outcome(h, "i-2", 2, [MessageKind::Rejected, MessageKind::Committed])
+        .await;
+}
+
+pub async fn rejected_after_committed_is_a_conflicting_outcome<H: InboxHarness>(h: &H) {
+    accept_ok(h, "i-1", 1, MessageKind::Committed, 500).await;
+    assert_eq!(
+        accept_ok(h, "i-1", 1, MessageKind::Rejected, 500).await,
+        Accepted::ConflictingOutcome {
+            recorded: MessageKind::Committed,
+            received: MessageKind::Rejected,
+        }
+    );
+    assert_eq!(h.treasury(C).await, vec![(ACCT.to_owned(), 500)]);
+    assert_eq!(h.applied(C).await.len(), 1);
+    assert_one_conflicting_outcome(h, "i-1", 1, [MessageKind::Committed, MessageKind::Rejected])
+        .await;
+}
+
+pub async fn conflicting_outcome_of_a_held_message_is_recorded<H: InboxHarness>(h: &H) {
+    // Sequence 2 waits for 1, as a rejection notice; then arrives again as committed.
+    assert_eq!(
+        accept_ok(h, "i-2", 2, MessageKind::Rejected, 700).await,
+        Accepted::Held { waiting_for: 1 }
+    );
+    assert_eq!(
+        accept_ok(h, "i-2", 2, MessageKind::Committed, 700).await,
+        Accepted::ConflictingOutcome {
+            recorded: MessageKind::Rejected,
+            received: MessageKind::Committed,
+        }
+    );
+    assert_eq!(h.held(C).await, vec![(ACCT.to_owned(), 2)]);
+    assert_one_conflicting_outcome(h, "i-2", 2, [MessageKind::Rejected, MessageKind::Committed])
+        .await;
+    // The held original stays what it was: released as a notice, with no impact.
+    assert_eq!(
+        accept_ok(h, "i-1", 1, MessageKind::Committed, 10).await,
+        Accepted::Applied { released: vec![2] }
+    );
+    assert_eq!(h.treasury(C).await, vec![(ACCT.to_owned(), 10)]);
+}
+
+pub async fn same_outcome_again_stays_a_plain_duplicate<H: InboxHarness>(h: &H) {
+    // A rejection notice delivered twice, once applied and once while held.
+    accept_ok(h, "i-1", 1, MessageKind::Rejected, 10).await;
+    assert_eq!(
+        accept_ok(h, "i-1", 1, MessageKind::Rejected, 10).await,
+        Accepted::Duplicate
+    );
+    accept_ok(h, "i-3", 3, MessageKind::Rejected, 30).await;
+    assert_eq!(
+        accept_ok(h, "i-3", 3, MessageKind::Rejected, 30).await,
+        Accepted::Duplicate
+    );
+    // A revert delivered twice.
+    accept_ok(h, "r-2", 2, MessageKind::Reverted, 5).await;
+    assert_eq!(
+        accept_ok(h, "r-2", 2, MessageKind::Reverted, 5).await,
+        Accepted::Duplicate
+    );
+    assert_eq!(h.treasury(C).await, vec![(ACCT.to_owned(), -5)]);
+    assert!(h.held(C).await.is_empty());
+    assert!(h.exceptions().await.is_empty());
+}

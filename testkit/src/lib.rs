@@ -75,6 +75,10 @@ macro_rules! inbox_suite {
             duplicate_of_held_message_is_absorbed,
             conflicting_instruction_for_held_sequence_is_recorded,
             consumers_are_isolated,
+            committed_after_rejected_is_a_conflicting_outcome,
+            rejected_after_committed_is_a_conflicting_outcome,
+            conflicting_outcome_of_a_held_message_is_recorded,
+            same_outcome_again_stays_a_plain_duplicate,
         );
     };
     (@cases $harness:ty; $($case:ident),+ $(,)?) => {

@@ -35,8 +35,9 @@ pub const MESSAGES_PATH: &str = "/hop2/messages";
 /// | 401 | signature missing or wrong, timestamp outside the tolerance | permanent |
 /// | 400 | an identity header missing or malformed (the body names it) | permanent |
 /// | 413 | body over `max_body_bytes` | permanent |
+/// | 422 | the sink can never apply the message (`InvalidInput`: a body that is not a ledger transaction, a float amount; the body names the field) | permanent |
 /// | 503 | the sink failed transiently | retries |
-/// | 500 | the sink failed permanently | retries (5xx), the account waits |
+/// | 500 | the sink failed permanently otherwise | retries (5xx), the account waits |
 ///
 /// Unlike a broker source, a poison message does not end [`Subscriber::run`]: the
 /// server keeps serving every other account, and the refusal goes back to the
@@ -159,11 +160,24 @@ async fn receive(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
     );
     match state.sink.accept(&delivery.id, vec![message]).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => sink_refusal(
-            &e.with("delivery", &delivery.id)
+        Err(e) => {
+            let e = e
+                .with("delivery", &delivery.id)
                 .with("instruction_id", instruction_id)
                 .with("account", account)
-                .with("sequence", sequence),
-        ),
+                .with("sequence", sequence);
+            if is_unappliable(&e) {
+                refuse(StatusCode::UNPROCESSABLE_ENTITY, &e)
+            } else {
+                sink_refusal(&e)
+            }
+        }
     }
+}
+
+/// The message itself is at fault and no retry can change that: a 4xx, so the
+/// publisher stops retrying and dead-letters it. Other permanent sink errors (a
+/// misconfigured consumer database) stay 5xx: the account waits until it is fixed.
+fn is_unappliable(error: &Error) -> bool {
+    matches!(error.kind(), ErrorKind::InvalidInput { .. }) && !error.is_transient()
 }

@@ -13,6 +13,7 @@ pub struct ConsumerStats {
     pub held: AtomicU64,
     pub released: AtomicU64,
     pub stale: AtomicU64,
+    /// Two instructions at one sequence, or one instruction with two outcomes.
     pub conflicts: AtomicU64,
 }
 
@@ -33,7 +34,9 @@ impl ConsumerStats {
             Accepted::Duplicate => _ = self.duplicates.fetch_add(1, Ordering::Relaxed),
             Accepted::Stale { .. } => _ = self.stale.fetch_add(1, Ordering::Relaxed),
             Accepted::Held { .. } => _ = self.held.fetch_add(1, Ordering::Relaxed),
-            Accepted::Conflict { .. } => _ = self.conflicts.fetch_add(1, Ordering::Relaxed),
+            Accepted::Conflict { .. } | Accepted::ConflictingOutcome { .. } => {
+                _ = self.conflicts.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }

@@ -56,7 +56,14 @@ impl TreasuryConsumer {
 
     /// Applies one message in its own transaction on `conn` (a connection from
     /// [`TreasuryConsumer::connect`], reused across the messages of a delivery).
+    ///
+    /// # Errors
+    /// `InvalidInput` naming the field (permanent) for a message that can never be
+    /// applied (a payload that is not a ledger transaction, a float amount), before
+    /// anything is written: it is never held, where it would fail the message that
+    /// fills its gap.
     pub fn apply_one(&self, conn: &mut Connection, message: InboxMessage) -> Result<Accepted> {
+        deltas(&message)?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(map_error)?;

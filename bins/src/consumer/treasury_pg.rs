@@ -23,26 +23,47 @@ pub struct PgTreasuryConsumer {
     stats: Arc<ConsumerStats>,
 }
 
-/// Writes a message's deltas through the inbox's transaction.
-struct ApplyPostings;
+/// Collects the deltas of every message one transaction applies (the message and the
+/// held ones it releases), so they are written at the end in one statement, in one
+/// global row order.
+#[derive(Default)]
+struct CollectImpact {
+    summed: BTreeMap<(String, String), i64>,
+}
 
-impl Handler<PgInbox<'_>> for ApplyPostings {
-    async fn apply(&mut self, inbox: &mut PgInbox<'_>, message: &InboxMessage) -> Result<()> {
-        write_impact(inbox.connection(), message).await
+impl Handler<PgInbox<'_>> for CollectImpact {
+    async fn apply(&mut self, _inbox: &mut PgInbox<'_>, message: &InboxMessage) -> Result<()> {
+        add_deltas(&mut self.summed, message)
     }
 }
 
-/// Writes a message's treasury impact on `conn`, summed per (account, asset) into one
-/// statement: one round trip whatever the number of postings (a single upsert may not
-/// touch the same row twice, hence the sums).
-pub async fn write_impact(conn: &mut PgConnection, message: &InboxMessage) -> Result<()> {
-    let mut summed: BTreeMap<(String, String), i64> = BTreeMap::new();
+/// Adds `message`'s deltas to `summed`, per (account, asset).
+fn add_deltas(summed: &mut BTreeMap<(String, String), i64>, message: &InboxMessage) -> Result<()> {
     for d in deltas(message)? {
         let total = summed.entry((d.account, d.asset)).or_default();
         *total = total.checked_add(d.amount).ok_or_else(|| {
             outbox_core::Error::invalid("postings", "the amounts overflow a signed 64-bit sum")
         })?;
     }
+    Ok(())
+}
+
+/// Writes a message's treasury impact on `conn`, summed per (account, asset) into one
+/// statement: one round trip whatever the number of postings (a single upsert may not
+/// touch the same row twice, hence the sums).
+pub async fn write_impact(conn: &mut PgConnection, message: &InboxMessage) -> Result<()> {
+    let mut summed = BTreeMap::new();
+    add_deltas(&mut summed, message)?;
+    write_summed(conn, summed).await
+}
+
+/// One upsert of every balance row in `summed`, in (account, asset) order. Every
+/// transaction locks the rows it shares with others (`world`, fee accounts) in that
+/// one order, so two of them never wait for each other in a cycle (a deadlock).
+async fn write_summed(
+    conn: &mut PgConnection,
+    summed: BTreeMap<(String, String), i64>,
+) -> Result<()> {
     if summed.is_empty() {
         return Ok(());
     }
@@ -52,6 +73,7 @@ pub async fn write_impact(conn: &mut PgConnection, message: &InboxMessage) -> Re
         assets.push(asset);
         amounts.push(amount);
     }
+    // unnest yields the rows in array order, and the upsert locks them in that order.
     sqlx::query(
         "INSERT INTO treasury_balances (account, asset, balance)
          SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
@@ -90,15 +112,24 @@ impl PgTreasuryConsumer {
         &self.stats
     }
 
-    /// Applies one message in its own transaction.
+    /// Applies one message in its own transaction: the inbox's decision, then the
+    /// impact of everything it applied (the message and the held ones it released) in
+    /// one statement.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming the field (permanent) for a message that can never be
+    /// applied (a payload that is not a ledger transaction, a float amount), before
+    /// anything is written: it is never held, where it would fail the message that
+    /// fills its gap. Storage errors keep their class (a deadlock is transient).
     pub async fn apply_one(&self, message: InboxMessage) -> Result<Accepted> {
+        deltas(&message)?;
         let mut tx = self.pool.begin().await.map_err(map_error)?;
+        let mut impact = CollectImpact::default();
         let accepted = {
             let mut inbox = PgInbox::new(&mut tx);
-            self.engine
-                .accept(&mut inbox, message, &mut ApplyPostings)
-                .await?
+            self.engine.accept(&mut inbox, message, &mut impact).await?
         };
+        write_summed(&mut tx, impact.summed).await?;
         tx.commit().await.map_err(map_error)?;
         self.stats.record(&accepted);
         Ok(accepted)

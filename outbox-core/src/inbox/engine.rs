@@ -40,6 +40,13 @@ pub enum Accepted {
     Held { waiting_for: u64 },
     /// Another instruction already holds this sequence: not held, exception recorded.
     Conflict { holder: String },
+    /// The instruction was already processed (or is held) as `recorded` and now
+    /// arrives as `received`, e.g. committed after it was reported rejected: nothing
+    /// applied, a `ConflictingOutcome` exception recorded.
+    ConflictingOutcome {
+        recorded: MessageKind,
+        received: MessageKind,
+    },
 }
 
 /// A gap that has been open longer than the alarm age.
@@ -116,7 +123,14 @@ impl InboxEngine {
         let consumer = self.consumer.as_str();
         // Marked before the impact is written: both commit or roll back together.
         let mut next = match inbox.claim_next(consumer, &message).await? {
-            Claim::Duplicate => return Ok(Accepted::Duplicate),
+            Claim::Duplicate { recorded } if recorded == message.kind => {
+                return Ok(Accepted::Duplicate);
+            }
+            Claim::Duplicate { recorded } => {
+                return self
+                    .conflicting_outcome(inbox, &message, recorded, "processed")
+                    .await;
+            }
             Claim::Claimed { next_held } => next_held,
             Claim::NotNext { last_applied } if message.sequence > last_applied => {
                 return self.hold(inbox, message, last_applied + 1).await;
@@ -176,10 +190,18 @@ impl InboxEngine {
     ) -> Result<Accepted> {
         match inbox.hold(&self.consumer, &message).await? {
             HoldResult::Held => Ok(Accepted::Held { waiting_for }),
-            HoldResult::Occupied { instruction_id } if instruction_id == message.instruction_id => {
-                Ok(Accepted::Duplicate)
+            HoldResult::Occupied {
+                instruction_id,
+                kind,
+            } if instruction_id == message.instruction_id => {
+                if kind == message.kind {
+                    Ok(Accepted::Duplicate)
+                } else {
+                    self.conflicting_outcome(inbox, &message, kind, "held")
+                        .await
+                }
             }
-            HoldResult::Occupied { instruction_id } => {
+            HoldResult::Occupied { instruction_id, .. } => {
                 let detail = format!(
                     "instructions {instruction_id} and {} both claim sequence {}",
                     message.instruction_id, message.sequence
@@ -198,6 +220,40 @@ impl InboxEngine {
                 })
             }
         }
+    }
+
+    /// One instruction with two outcomes: the ledger committed a payout Hop 2 had
+    /// already reported as refused, or the reverse. Money may sit on the wrong side,
+    /// so a person must look: nothing is applied, and the exception names the account,
+    /// the sequence and both outcomes. `state` says where the first outcome sits
+    /// (`processed` or `held`).
+    async fn conflicting_outcome<I: Inbox>(
+        &self,
+        inbox: &mut I,
+        message: &InboxMessage,
+        recorded: MessageKind,
+        state: &str,
+    ) -> Result<Accepted> {
+        let detail = format!(
+            "instruction {} at sequence {} arrived as {} but is already {state} as {}; nothing applied",
+            message.instruction_id,
+            message.sequence,
+            message.kind.as_str(),
+            recorded.as_str()
+        );
+        tracing::error!(consumer = %self.consumer, account = %message.account, sequence = message.sequence, "{detail}");
+        inbox
+            .record_exception(&self.exception(
+                ExceptionKind::ConflictingOutcome,
+                &message.account,
+                message.sequence,
+                detail,
+            ))
+            .await?;
+        Ok(Accepted::ConflictingOutcome {
+            recorded,
+            received: message.kind,
+        })
     }
 
     /// Raises an alarm for every gap open longer than the alarm age: an exception row

@@ -53,17 +53,19 @@ pub struct InboxMessage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HoldResult {
     Held,
-    /// The slot is taken by `instruction_id` (the same message again, or a conflicting one).
+    /// The slot is taken by `instruction_id`, held as `kind` (the same message again,
+    /// the same instruction with another outcome, or a conflicting instruction).
     Occupied {
         instruction_id: String,
+        kind: MessageKind,
     },
 }
 
 /// What [`Inbox::claim_next`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
-    /// The instruction was already processed.
-    Duplicate,
+    /// The instruction was already processed, as `recorded`.
+    Duplicate { recorded: MessageKind },
     /// The message does not come next: stale (`sequence <= last_applied`) or after a gap.
     NotNext { last_applied: u64 },
     /// Marked applied; `next_held` is the held message right after it, taken out of
@@ -88,6 +90,8 @@ pub struct HeldGap {
 ///
 /// # Contract
 /// - All reads see the caller's own uncommitted writes.
+/// - `processed_kind` says which outcome the processed marker of an instruction
+///   recorded (`None`: not processed).
 /// - `mark_applied` writes the processed marker (keyed on `(consumer, instruction_id)`)
 ///   and sets the account's high-water mark to `message.sequence`.
 /// - `take_held` removes and returns the held message at exactly that sequence.
@@ -97,7 +101,12 @@ pub struct HeldGap {
 /// The futures are not required to be `Send`: SQLite connections are not `Sync`.
 #[allow(async_fn_in_trait)]
 pub trait Inbox {
-    async fn is_processed(&mut self, consumer: &str, instruction_id: &str) -> Result<bool>;
+    /// The kind the instruction was processed as, `None` when it was not.
+    async fn processed_kind(
+        &mut self,
+        consumer: &str,
+        instruction_id: &str,
+    ) -> Result<Option<MessageKind>>;
     /// The highest applied sequence of `account`, 0 when none.
     async fn last_applied(&mut self, consumer: &str, account: &Account) -> Result<u64>;
     async fn mark_applied(&mut self, consumer: &str, message: &InboxMessage) -> Result<()>;
@@ -118,8 +127,11 @@ pub trait Inbox {
     /// The default composes the methods above; a store whose every call is a round
     /// trip (Postgres) does it in one. Must behave exactly like the default.
     async fn claim_next(&mut self, consumer: &str, message: &InboxMessage) -> Result<Claim> {
-        if self.is_processed(consumer, &message.instruction_id).await? {
-            return Ok(Claim::Duplicate);
+        if let Some(recorded) = self
+            .processed_kind(consumer, &message.instruction_id)
+            .await?
+        {
+            return Ok(Claim::Duplicate { recorded });
         }
         let last_applied = self.last_applied(consumer, &message.account).await?;
         if message.sequence != last_applied + 1 {
