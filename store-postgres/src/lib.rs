@@ -12,6 +12,7 @@ mod inbox;
 mod notify;
 pub mod partitions;
 mod position;
+mod relay_lock;
 mod retention;
 mod store;
 
@@ -25,5 +26,6 @@ pub use horizon::{Horizon, HorizonHolder};
 pub use inbox::PgInbox;
 pub use notify::NOTIFY_CHANNEL;
 pub use partitions::{PartitionBounds, TablePartition};
+pub use relay_lock::{LockMode, PgRelayLock};
 pub use retention::{RetentionReport, drop_expired};
 pub use store::PgStore;

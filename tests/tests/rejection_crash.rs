@@ -13,92 +13,13 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::postgres::PgOutbox;
+use common::backend::{Backend, postgres, sqlite};
 use common::*;
 use outbox_core::{
-    DeliveryOutcome, EventId, Ledger, NewEvent, OutboxEvent, Store,
-    dispatch::OUTBOX_REJECTED_CODE_KEY,
+    DeliveryOutcome, EventId, Ledger, NewEvent, OutboxEvent, dispatch::OUTBOX_REJECTED_CODE_KEY,
 };
 use outbox_ledger_dev::{FaultPlan, RunningDevLedger};
 use outbox_ledger_formance::FormanceLedger;
-
-/// The outbox under test, on either store.
-enum Backend {
-    Sqlite(Outbox),
-    Postgres(PgOutbox),
-}
-
-/// A write lock on the delivery records, held by the test: the relay's next record
-/// waits behind it.
-enum RecordLock {
-    Sqlite(rusqlite::Connection),
-    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
-}
-
-impl Backend {
-    fn url(&self) -> String {
-        match self {
-            Self::Sqlite(o) => o.url(),
-            Self::Postgres(o) => o.url(),
-        }
-    }
-
-    async fn enqueue(&self, events: &[NewEvent]) -> Vec<OutboxEvent> {
-        match self {
-            Self::Sqlite(o) => o.enqueue(events),
-            Self::Postgres(o) => o.enqueue(events).await,
-        }
-    }
-
-    async fn outcomes(&self, id: EventId) -> Vec<DeliveryOutcome> {
-        let records = match self {
-            Self::Sqlite(o) => o.store.deliveries(id).await,
-            Self::Postgres(o) => o.store.deliveries(id).await,
-        };
-        records.unwrap().into_iter().map(|r| r.outcome).collect()
-    }
-
-    async fn lock_records(&self) -> RecordLock {
-        match self {
-            Self::Sqlite(o) => {
-                let conn = o.store.connect().unwrap();
-                conn.execute_batch("BEGIN IMMEDIATE").unwrap();
-                RecordLock::Sqlite(conn)
-            }
-            Self::Postgres(o) => {
-                let mut tx = o.store.pool().begin().await.unwrap();
-                sqlx::query("LOCK TABLE outbox_deliveries IN EXCLUSIVE MODE")
-                    .execute(&mut *tx)
-                    .await
-                    .unwrap();
-                RecordLock::Postgres(tx)
-            }
-        }
-    }
-
-    async fn cleanup(self) {
-        if let Self::Postgres(o) = self {
-            o.drop(None).await;
-        }
-    }
-}
-
-impl RecordLock {
-    async fn release(self) {
-        match self {
-            Self::Sqlite(conn) => conn.execute_batch("ROLLBACK").unwrap(),
-            Self::Postgres(tx) => tx.rollback().await.unwrap(),
-        }
-    }
-}
-
-async fn sqlite() -> Backend {
-    Backend::Sqlite(Outbox::new().await)
-}
-
-async fn postgres() -> Option<Backend> {
-    PgOutbox::new().await.map(Backend::Postgres)
-}
 
 /// A payout the merchant cannot cover yet, marked so the dev ledger can hold its answer.
 fn refused_payout(merchant: &str, marker: &str) -> NewEvent {

@@ -54,6 +54,10 @@ pub async fn relay(args: &RelayArgs) -> Result<Summary> {
         max_attempts: args.max_attempts.or(args.once.then_some(30)),
         ..DispatchConfig::default()
     };
+    // Held to the end of the run: a second relay of this name is refused meanwhile.
+    let _name_lock = database
+        .lock_relay(&args.name, args.partitions.is_some())
+        .await?;
     let stopped = stop_on_signal("finishing the posts in flight");
     if let Some(partitions) = args.partitions {
         let check = Duration::from_millis(args.partition_check_ms);

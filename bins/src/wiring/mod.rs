@@ -2,6 +2,7 @@
 //! clear error naming the feature when a URL asks for one that was not compiled in.
 
 mod destinations;
+mod relay_lock;
 mod treasury;
 
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use std::sync::Arc;
 #[cfg(feature = "http")]
 pub use destinations::start_intake;
 pub use destinations::{NamedSubscriber, publisher, subscriber};
+pub use relay_lock::RelayNameLock;
 pub use treasury::{Treasury, fanout_store, treasury};
 
 use outbox_core::{Error, ErrorKind, NewEvent, OutboxEvent, Relay, Result, Store};
