@@ -122,6 +122,11 @@ pub struct RelayArgs {
     /// long a dead member's partitions wait for a new owner.
     #[arg(long, default_value_t = 500)]
     pub partition_check_ms: u64,
+    /// With --partitions: when the database holds another partition count for this
+    /// relay (or it ran as a single relay), start a new layout with N partitions, each
+    /// resuming at the lowest cursor it merges. Refused while other members run.
+    #[arg(long, requires = "partitions")]
+    pub repartition: bool,
 }
 
 #[derive(Debug, Clone, clap::Args)]

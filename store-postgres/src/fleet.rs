@@ -18,6 +18,7 @@ use sqlx::{ConnectOptions, Connection, PgConnection};
 use tokio::sync::Mutex;
 
 use crate::error::map_error;
+use crate::fleet_layout::FleetLayout;
 use crate::store::PgStore;
 
 /// The fencing facts a partition's store needs: who holds which lock.
@@ -168,21 +169,43 @@ impl PartitionLocks for AdvisoryLocks {
 }
 
 /// Opens each owned partition as a fenced view of the store with its own polling
-/// relay and cursor (`<relay>:p<n>`).
+/// relay and cursor (`<relay>:g<generation>:p<n>`, see [`FleetLayout`]).
 #[derive(Debug, Clone)]
 pub struct PgPartitionRelays {
     store: PgStore,
     locks: Arc<AdvisoryLocks>,
     relay: String,
+    layout: FleetLayout,
 }
 
 impl PgPartitionRelays {
-    pub fn new(store: PgStore, locks: Arc<AdvisoryLocks>, relay: impl Into<String>) -> Self {
-        Self {
+    /// `layout` as [`crate::establish_layout`] returned it; `locks` must share its
+    /// partition count.
+    ///
+    /// # Errors
+    /// `InvalidInput` when the locks were taken for another partition count.
+    pub fn new(
+        store: PgStore,
+        locks: Arc<AdvisoryLocks>,
+        relay: impl Into<String>,
+        layout: FleetLayout,
+    ) -> Result<Self> {
+        if locks.partitions() != layout.partitions {
+            return Err(Error::invalid(
+                "partitions",
+                format!(
+                    "the partition locks cover {} partitions, the layout {}",
+                    locks.partitions(),
+                    layout.partitions
+                ),
+            ));
+        }
+        Ok(Self {
             store,
             locks,
             relay: relay.into(),
-        }
+            layout,
+        })
     }
 }
 
@@ -195,7 +218,7 @@ impl PartitionRelays for PgPartitionRelays {
             Some(self.locks.fence(partition)),
         )?;
         let relay = view
-            .polling_relay(&format!("{}:p{partition}", self.relay))
+            .polling_relay(&self.layout.cursor_name(&self.relay, partition))
             .await?;
         Ok((Arc::new(view), Box::new(relay)))
     }

@@ -29,6 +29,8 @@ pub enum LockMode {
 pub struct PgRelayLock {
     conn: PgConnection,
     relay: String,
+    class: i32,
+    key: i32,
 }
 
 impl PgRelayLock {
@@ -94,11 +96,31 @@ impl PgRelayLock {
         Ok(Self {
             conn,
             relay: relay.to_owned(),
+            class,
+            key,
         })
     }
 
     pub fn relay(&self) -> &str {
         &self.relay
+    }
+
+    /// Other sessions holding this name's lock (the other members of a fleet).
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub async fn other_holders(&mut self) -> Result<u32> {
+        let others: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks
+             WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()
+               AND classid = $1::int4::oid AND objid = $2::int4::oid AND objsubid = 2",
+        )
+        .bind(self.class)
+        .bind(self.key)
+        .fetch_one(&mut self.conn)
+        .await
+        .map_err(map_error)?;
+        Ok(u32::try_from(others).unwrap_or(u32::MAX))
     }
 
     /// Whether the session holding the lock is still alive (if it is gone, so is the lock).

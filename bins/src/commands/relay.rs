@@ -55,16 +55,22 @@ pub async fn relay(args: &RelayArgs) -> Result<Summary> {
         ..DispatchConfig::default()
     };
     // Held to the end of the run: a second relay of this name is refused meanwhile.
-    let _name_lock = database
+    let mut name_lock = database
         .lock_relay(&args.name, args.partitions.is_some())
         .await?;
     let stopped = stop_on_signal("finishing the posts in flight");
     if let Some(partitions) = args.partitions {
-        let check = Duration::from_millis(args.partition_check_ms);
+        let fleet = wiring::FleetStart {
+            partitions,
+            repartition: args.repartition,
+            other_members: name_lock.other_holders().await?,
+            check_interval: Duration::from_millis(args.partition_check_ms),
+        };
         return database
-            .run_fleet(&args.name, partitions, ledger, config, check, stopped)
+            .run_fleet(&args.name, fleet, ledger, config, stopped)
             .await;
     }
+    let _name_lock = name_lock;
     let (store, relay) = if args.cdc {
         database.store_and_cdc_relay(&args.name).await?
     } else {

@@ -15,6 +15,18 @@ pub use treasury::{Treasury, fanout_store, treasury};
 
 use outbox_core::{Error, ErrorKind, NewEvent, OutboxEvent, Relay, Result, Store};
 
+/// How a fleet member starts (see [`Database::run_fleet`]).
+#[derive(Debug, Clone, Copy)]
+pub struct FleetStart {
+    pub partitions: u32,
+    /// Start a new layout generation when the stored one has another partition count.
+    pub repartition: bool,
+    /// Other members running (holders of the relay name's shared lock).
+    pub other_members: u32,
+    /// How often ownership is checked and rebalanced.
+    pub check_interval: std::time::Duration,
+}
+
 /// The outbox database named by a URL.
 #[derive(Debug, Clone)]
 pub enum Database {
@@ -182,27 +194,42 @@ impl Database {
         }
     }
 
-    /// Runs the relay as one member of a fleet sharing `partitions` partitions until
-    /// `shutdown`, then returns the sum of its dispatchers' work.
+    /// Runs the relay as one member of a fleet sharing `fleet.partitions` partitions
+    /// until `shutdown`, then returns the sum of its dispatchers' work. The layout is
+    /// kept in the database: a member with another partition count is refused unless
+    /// `fleet.repartition` (and no other member runs).
     pub async fn run_fleet(
         &self,
         relay: &str,
-        partitions: u32,
+        fleet: FleetStart,
         ledger: Arc<dyn outbox_core::Ledger>,
         dispatch: outbox_core::DispatchConfig,
-        check_interval: std::time::Duration,
         shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> Result<outbox_core::Summary> {
         match self {
             #[cfg(feature = "postgres")]
             Self::Postgres(config) => {
                 use outbox_core::fleet::{Fleet, FleetConfig};
-                use outbox_store_postgres::{AdvisoryLocks, PgPartitionRelays, PgStore};
+                use outbox_store_postgres::{
+                    AdvisoryLocks, LayoutRequest, PgPartitionRelays, PgStore, establish_layout,
+                };
                 let store = PgStore::open(config.clone()).await?;
-                let locks = Arc::new(AdvisoryLocks::connect(&config.url, relay, partitions).await?);
-                let relays = Arc::new(PgPartitionRelays::new(store, Arc::clone(&locks), relay));
+                let request = LayoutRequest {
+                    partitions: fleet.partitions,
+                    repartition: fleet.repartition,
+                    other_members: fleet.other_members,
+                };
+                let layout = establish_layout(&store, relay, request).await?;
+                let locks =
+                    Arc::new(AdvisoryLocks::connect(&config.url, relay, layout.partitions).await?);
+                let relays = Arc::new(PgPartitionRelays::new(
+                    store,
+                    Arc::clone(&locks),
+                    relay,
+                    layout,
+                )?);
                 let fleet_config = FleetConfig {
-                    check_interval,
+                    check_interval: fleet.check_interval,
                     dispatch,
                 };
                 Fleet::new(locks, relays, ledger, fleet_config)
@@ -211,14 +238,7 @@ impl Database {
             }
             #[allow(unreachable_patterns)]
             _ => {
-                let _ = (
-                    relay,
-                    partitions,
-                    ledger,
-                    dispatch,
-                    check_interval,
-                    shutdown,
-                );
+                let _ = (relay, fleet, ledger, dispatch, shutdown);
                 Err(Error::invalid(
                     "partitions",
                     "a relay fleet shares partitions through PostgreSQL locks: use a postgres:// database",

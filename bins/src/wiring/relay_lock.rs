@@ -41,3 +41,15 @@ impl Database {
         }
     }
 }
+
+impl RelayNameLock {
+    /// Other processes holding this name (the other members of a fleet).
+    pub async fn other_holders(&mut self) -> Result<u32> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(_) => Ok(0),
+            #[cfg(feature = "postgres")]
+            Self::Postgres(lock) => lock.other_holders().await,
+        }
+    }
+}
