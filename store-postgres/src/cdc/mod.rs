@@ -107,6 +107,7 @@
 //! # Configuration
 //! See [`CdcConfig`]: every field, its default and its meaning.
 
+mod catch_up;
 mod config;
 mod decode;
 mod error;
