@@ -294,7 +294,8 @@ fn assert_per_account_order(events: &[OutboxEvent], first: &HashMap<String, u64>
     for event in events {
         let expected = next.entry(event.account.to_string()).or_insert(1);
         assert_eq!(
-            event.sequence, *expected,
+            event.sequence,
+            *expected,
             "{} out of sequence order in {:?}",
             event.account,
             events
@@ -869,9 +870,7 @@ async fn rows_enqueued_before_the_first_start_are_all_delivered_in_per_account_o
     let Some(db) = Db::new("before").await else {
         return;
     };
-    let mut before = db
-        .enqueue_many(30, &["80", "81", "82"])
-        .await;
+    let mut before = db.enqueue_many(30, &["80", "81", "82"]).await;
     // T1 takes its xid first (its payout intent), then queues behind T2 on the
     // account's counter: its row's txid is raised to T2's, so it still sorts after.
     let mut t1 = db.pool.begin().await.unwrap();
@@ -936,7 +935,17 @@ async fn a_polling_cursor_is_taken_over_and_nothing_before_it_is_sent_again() {
     let mut polling = PollingRelay::open(store.clone(), "switch", None)
         .await
         .unwrap();
-    let polled = polling.next_batch(4).await.unwrap();
+    // The polling reader waits out any transaction open on the server (its horizon).
+    let mut polled = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while polled.len() < 4 {
+        let batch = polling.next_batch(4 - polled.len()).await.unwrap();
+        if batch.is_empty() {
+            assert!(Instant::now() < deadline, "the polling relay read nothing");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        polled.extend(batch);
+    }
     assert_eq!(ids(&polled), ids(&before[..4]));
     let polling_cursor = polled[3].position;
     polling.acknowledge(polling_cursor).await.unwrap();
@@ -1005,8 +1014,14 @@ async fn rows_of_a_transaction_open_across_the_slot_creation_are_delivered_once(
         if waiting {
             break;
         }
-        assert!(!opening.is_finished(), "the relay opened without waiting for the open transaction");
-        assert!(Instant::now() < deadline, "the slot creation never waited for the open transaction");
+        assert!(
+            !opening.is_finished(),
+            "the relay opened without waiting for the open transaction"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the slot creation never waited for the open transaction"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let meanwhile = db.enqueue("89").await;
@@ -1026,7 +1041,10 @@ async fn rows_of_a_transaction_open_across_the_slot_creation_are_delivered_once(
         ("committed during the slot creation", &meanwhile),
         ("committed after", &after),
     ] {
-        assert!(got.contains(&event.event_id), "the event {what} was not delivered");
+        assert!(
+            got.contains(&event.event_id),
+            "the event {what} was not delivered"
+        );
     }
     assert_eq!(events.len(), 4, "each once: {:?}", ids(&events));
     assert_per_account_order(&events, &HashMap::new());

@@ -74,7 +74,8 @@ async fn crash_and_restart(cdc: bool) {
     let events: Vec<_> = (0..30u64)
         .map(|i| fund(&format!("m{}", i % 3), 100 + i))
         .collect();
-    // CDC reads what commits after its slot exists, so it starts first (as a daemon).
+    // The CDC daemon starts first, so these events come through its stream (the
+    // catch-up of rows committed before the slot has a test of its own).
     let (mut first, stored) = if cdc {
         common::postgres::drop_stale_crash_slots(outbox.store.pool()).await;
         let child = relay(&outbox.url(), &ledger.url(), &extra);
@@ -182,15 +183,22 @@ async fn cdc_relay_sigkill_mid_catch_up_then_restart_exactly_once_in_order() {
     let args = ["--name", name.as_str(), "--cdc", "--batch-size", "100"];
     let mut first = relay(&outbox.url(), &ledger.url(), &args);
     let pool = outbox.store.pool().clone();
-    wait_for(Duration::from_secs(90), "a part of the catch-up to be delivered", || {
-        let pool = pool.clone();
-        async move { terminal_events(&pool).await >= 600 }
-    })
+    wait_for(
+        Duration::from_secs(90),
+        "a part of the catch-up to be delivered",
+        || {
+            let pool = pool.clone();
+            async move { terminal_events(&pool).await >= 600 }
+        },
+    )
     .await;
     first.kill().await.unwrap(); // SIGKILL
     first.wait().await.unwrap();
     let at_kill = terminal_events(&pool).await;
-    assert!(at_kill < 3000, "the catch-up finished before the kill: nothing was tested");
+    assert!(
+        at_kill < 3000,
+        "the catch-up finished before the kill: nothing was tested"
+    );
     let polling_style: bool = sqlx::query_scalar(
         "SELECT txid IS NOT NULL AND lsn IS NULL FROM relay_cursors WHERE relay = $1",
     )
@@ -249,15 +257,20 @@ async fn a_cdc_deployment_keeps_creating_daily_partitions() {
         .unwrap()
     };
     let pool = outbox.store.pool().clone();
-    assert!(exists(pool.clone(), partition.clone()).await, "created at open");
+    assert!(
+        exists(pool.clone(), partition.clone()).await,
+        "created at open"
+    );
     sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE {partition}")))
         .execute(&pool)
         .await
         .unwrap();
     assert!(!exists(pool.clone(), partition.clone()).await);
-    wait_for(Duration::from_secs(20), "the partition maintenance to re-create it", || {
-        exists(pool.clone(), partition.clone())
-    })
+    wait_for(
+        Duration::from_secs(20),
+        "the partition maintenance to re-create it",
+        || exists(pool.clone(), partition.clone()),
+    )
     .await;
     drop((store, relay));
     outbox.drop(Some(name.as_str())).await;

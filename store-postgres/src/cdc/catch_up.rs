@@ -157,6 +157,10 @@ impl CatchUp {
         pool: &PgPool,
         limit: usize,
     ) -> Result<Option<Vec<OutboxEvent>>> {
+        // An empty read must mean "nothing left", never "nothing asked for".
+        if limit == 0 {
+            return Ok(Some(Vec::new()));
+        }
         let batch = self.read(pool, limit).await?;
         if !batch.is_empty() {
             return Ok(Some(batch));
@@ -235,4 +239,31 @@ where
 
 fn corrupt(column: &str, e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Internal, format!("outbox_events.{column}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_catch_up_position_sorts_before_the_stream() {
+        let handover = Handover {
+            below_txid: 1_000,
+            slot_start: 0x1_0000_0000,
+        };
+        let last_snapshot = Position::Snapshot {
+            txid: u64::MAX,
+            row: i64::MAX,
+        };
+        assert!(last_snapshot < handover.stream_start());
+        assert!(
+            handover.stream_start()
+                < Position::Log {
+                    lsn: 0x1_0000_0000,
+                    row: 1
+                }
+        );
+        assert!(handover.caught_up(999));
+        assert!(!handover.caught_up(1_000));
+    }
 }

@@ -498,7 +498,8 @@ pub(crate) mod tests {
         assert_eq!(layout.txid(&tuple).unwrap(), 77);
 
         // Without a txid column the event still decodes; only skipping needs it.
-        let Message::Relation(narrow) = parse(&relation_message(1, "s", "t", &COLUMNS[..6])).unwrap()
+        let Message::Relation(narrow) =
+            parse(&relation_message(1, "s", "t", &COLUMNS[..6])).unwrap()
         else {
             panic!()
         };

@@ -120,7 +120,8 @@ impl CdcRelay {
         if stream_from.is_none() {
             // First start: the slot exists now, so the bound X read in `begin` splits
             // the outbox into the catch-up's rows and the stream's (see `catch_up`).
-            let new = catch_up::begin(&pool, &cursors, &config.relay, state.confirmed_flush).await?;
+            let new =
+                catch_up::begin(&pool, &cursors, &config.relay, state.confirmed_flush).await?;
             slot::check_against_cursor(&config, state.confirmed_flush, Some(new.stream_start()))?;
             tracing::info!(relay = %config.relay, slot = %config.slot, created = state.created, after = ?saved, below_txid = new.below_txid, "CDC relay catches up on what was committed before its slot, then streams");
             handover = Some(new);
@@ -273,7 +274,13 @@ impl CdcRelay {
                 }
             },
             ReplicationEvent::XLogData { data, .. } => {
-                on_change(session, &mut self.intake, &self.config, self.handover, &data)?;
+                on_change(
+                    session,
+                    &mut self.intake,
+                    &self.config,
+                    self.handover,
+                    &data,
+                )?;
             }
             ReplicationEvent::KeepAlive { wal_end, .. } => self.confirm_idle(wal_end.0).await,
             ReplicationEvent::Message { .. } | ReplicationEvent::StoppedAt { .. } => {}
@@ -436,7 +443,10 @@ impl Relay for CdcRelay {
     /// stream broke and returns what is decoded now. Never waits.
     async fn next_batch(&mut self, max: usize) -> Result<Vec<OutboxEvent>> {
         if let Some(catch_up) = self.catch_up.as_mut() {
-            match catch_up.next(&self.pool, max.min(self.config.max_batch)).await? {
+            match catch_up
+                .next(&self.pool, max.min(self.config.max_batch))
+                .await?
+            {
                 Some(batch) => {
                     if let Some(last) = batch.last() {
                         self.returned = Some(last.position);
