@@ -975,6 +975,9 @@ async fn section_latency(ctx: &Ctx) {
     print_latency("(a) polling + LISTEN", &polling);
 
     eprintln!("3b. CDC relay …");
+    // A schema of its own: a first CDC start catches up on every row already there,
+    // and 3a's rows would count as arrivals.
+    let store = ctx.store("s3cdc", 16).await;
     let slot = format!("{SLOT_PREFIX}{}", ctx.run);
     ctx.cleanup.slot_and_publication(&slot);
     let mut config = CdcConfig::new(&ctx.url);

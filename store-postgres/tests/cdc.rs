@@ -11,8 +11,10 @@ use std::process::Stdio;
 use std::str::FromStr;
 use std::time::Duration;
 
-use outbox_core::{ErrorKind, EventId, OutboxEvent, Position, Relay};
+use outbox_core::{ErrorKind, EventId, OutboxEvent, PollingRelay, Position, Relay, Store};
 use outbox_store_postgres::cdc::{BETWEEN_COMMITS, CdcConfig, CdcRelay, parse_lsn};
+use outbox_store_postgres::{PgStore, enqueue};
+use outbox_testkit::fixtures::payout;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Executor, PgPool, Postgres};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -114,6 +116,36 @@ impl Db {
         .await
         .unwrap();
         id
+    }
+
+    /// Enqueues one payout of `merchant` in its own transaction, as an application does.
+    async fn enqueue(&self, merchant: &str) -> OutboxEvent {
+        let mut tx = self.pool.begin().await.unwrap();
+        let event = enqueue(&mut tx, &payout(merchant, 100)).await.unwrap();
+        tx.commit().await.unwrap();
+        event
+    }
+
+    /// Enqueues `n` payouts, spread over `merchants`, each in its own transaction.
+    async fn enqueue_many(&self, n: usize, merchants: &[&str]) -> Vec<OutboxEvent> {
+        let mut events = Vec::with_capacity(n);
+        for i in 0..n {
+            events.push(self.enqueue(merchants[i % merchants.len()]).await);
+        }
+        events
+    }
+
+    /// Creates the publication the relay would create, as a DBA does for
+    /// `create_missing = false`.
+    async fn create_publication(&self) {
+        self.admin
+            .execute(sqlx::AssertSqlSafe(format!(
+                "CREATE PUBLICATION {} FOR TABLE {}.outbox_events \
+                 WITH (publish = 'insert', publish_via_partition_root = true)",
+                self.publication, self.schema
+            )))
+            .await
+            .unwrap();
     }
 
     /// The relay's saved cursor, read from the table.
@@ -254,6 +286,29 @@ async fn collect(
 async fn assert_quiet(relay: &mut CdcRelay, time: Duration) {
     let more = collect(relay, 1, 100, time).await;
     assert!(more.is_empty(), "unexpected events: {:?}", ids(&more));
+}
+
+/// Each account's events in sequence order, none missing from `first` on.
+fn assert_per_account_order(events: &[OutboxEvent], first: &HashMap<String, u64>) {
+    let mut next: HashMap<String, u64> = first.clone();
+    for event in events {
+        let expected = next.entry(event.account.to_string()).or_insert(1);
+        assert_eq!(
+            event.sequence,
+            *expected,
+            "{} out of sequence order in {:?}",
+            event.account,
+            events
+                .iter()
+                .map(|e| (e.account.to_string(), e.sequence))
+                .collect::<Vec<_>>()
+        );
+        *expected += 1;
+    }
+}
+
+fn is_snapshot(position: Position) -> bool {
+    matches!(position, Position::Snapshot { .. })
 }
 
 fn assert_increasing(events: &[OutboxEvent]) {
@@ -806,4 +861,249 @@ async fn a_slot_dropped_while_the_session_was_down_is_not_silently_replaced() {
     assert!(err.message().starts_with("events lost"), "{err}");
     assert_eq!(err.context("slot"), Some(db.slot.as_str()));
     assert!(db.slot(&db.slot).await.is_none(), "no new slot was created");
+}
+
+// ---- Catch-up: rows committed before the slot existed ----
+
+#[tokio::test]
+async fn rows_enqueued_before_the_first_start_are_all_delivered_in_per_account_order() {
+    let Some(db) = Db::new("before").await else {
+        return;
+    };
+    let mut before = db.enqueue_many(30, &["80", "81", "82"]).await;
+    // T1 takes its xid first (its payout intent), then queues behind T2 on the
+    // account's counter: its row's txid is raised to T2's, so it still sorts after.
+    let mut t1 = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_current_xact_id()")
+        .execute(&mut *t1)
+        .await
+        .unwrap();
+    let mut t2 = db.pool.begin().await.unwrap();
+    let first = enqueue(&mut t2, &payout("83", 1)).await.unwrap();
+    t2.commit().await.unwrap();
+    let second = enqueue(&mut t1, &payout("83", 2)).await.unwrap();
+    t1.commit().await.unwrap();
+    assert_eq!((first.sequence, second.sequence), (1, 2));
+    before.extend([first, second]);
+
+    let config = db.config("cdc-before");
+    let mut relay = CdcRelay::open(config.clone()).await.unwrap();
+    let mut after = Vec::new();
+    for merchant in ["80", "83", "84"] {
+        after.push(db.enqueue(merchant).await);
+    }
+
+    let events = collect(&mut relay, 35, 7, Duration::from_secs(30)).await;
+    let delivered: HashSet<EventId> = ids(&events).into_iter().collect();
+    let missing: Vec<EventId> = ids(&before)
+        .into_iter()
+        .chain(ids(&after))
+        .filter(|id| !delivered.contains(id))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of the {} events were never delivered: {missing:?}",
+        missing.len(),
+        before.len() + after.len()
+    );
+    assert_eq!(events.len(), 35, "each event once");
+    assert_per_account_order(&events, &HashMap::new());
+    assert_increasing(&events);
+    // The catch-up (snapshot positions) first, then the stream (log positions).
+    assert!(events[..32].iter().all(|e| is_snapshot(e.position)));
+    assert!(events[32..].iter().all(|e| !is_snapshot(e.position)));
+    assert_eq!(ids(&events[32..]), ids(&after));
+    assert_quiet(&mut relay, Duration::from_millis(800)).await;
+
+    let last = events[34].position;
+    relay.acknowledge(last).await.unwrap();
+    relay.shutdown().await.unwrap();
+    db.slot_released(&db.slot).await;
+    let mut relay = CdcRelay::open(config).await.unwrap();
+    assert_eq!(relay.acknowledged(), Some(last));
+    assert_quiet(&mut relay, Duration::from_millis(800)).await;
+    relay.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_polling_cursor_is_taken_over_and_nothing_before_it_is_sent_again() {
+    let Some(db) = Db::new("switch").await else {
+        return;
+    };
+    let store = PgStore::from_pool(db.pool.clone());
+    let before = db.enqueue_many(10, &["85", "86"]).await;
+    let mut polling = PollingRelay::open(store.clone(), "switch", None)
+        .await
+        .unwrap();
+    // The polling reader waits out any transaction open on the server (its horizon).
+    let mut polled = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while polled.len() < 4 {
+        let batch = polling.next_batch(4 - polled.len()).await.unwrap();
+        if batch.is_empty() {
+            assert!(Instant::now() < deadline, "the polling relay read nothing");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        polled.extend(batch);
+    }
+    assert_eq!(ids(&polled), ids(&before[..4]));
+    let polling_cursor = polled[3].position;
+    polling.acknowledge(polling_cursor).await.unwrap();
+    drop(polling);
+    let between = db.enqueue_many(5, &["85", "86", "87"]).await;
+
+    // The CDC relay takes over the polling relay's name and cursor.
+    let mut relay = CdcRelay::open(db.config("switch")).await.unwrap();
+    assert_eq!(relay.acknowledged(), Some(polling_cursor));
+    let after = db.enqueue_many(3, &["85", "87"]).await;
+
+    let events = collect(&mut relay, 14, 5, Duration::from_secs(30)).await;
+    let mut expected = ids(&before[4..]);
+    expected.extend(ids(&between));
+    expected.extend(ids(&after));
+    assert_eq!(
+        ids(&events),
+        expected,
+        "exactly the events after the polling cursor, in order"
+    );
+    let first: HashMap<String, u64> = polled
+        .iter()
+        .map(|e| (e.account.to_string(), e.sequence + 1))
+        .collect();
+    assert_per_account_order(&events, &first);
+    assert_increasing(&events);
+    assert_quiet(&mut relay, Duration::from_millis(800)).await;
+
+    // While catching up the relay keeps a polling-style cursor; once it streams, an LSN.
+    let caught_up = events[10].position;
+    assert!(is_snapshot(caught_up));
+    relay.acknowledge(caught_up).await.unwrap();
+    assert_eq!(store.load_cursor("switch").await.unwrap(), Some(caught_up));
+    let streamed = events[13].position;
+    assert!(!is_snapshot(streamed));
+    relay.acknowledge(streamed).await.unwrap();
+    assert_eq!(db.cursor("switch").await, Some(streamed));
+    relay.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn rows_of_a_transaction_open_across_the_slot_creation_are_delivered_once() {
+    let Some(db) = Db::new("across").await else {
+        return;
+    };
+    let earlier = db.enqueue("88").await;
+    let mut open_tx = db.pool.begin().await.unwrap();
+    let held = enqueue(&mut open_tx, &payout("88", 1)).await.unwrap();
+    let xid: String = sqlx::query_scalar("SELECT xid(pg_current_xact_id())::text")
+        .fetch_one(&mut *open_tx)
+        .await
+        .unwrap();
+
+    // Creating the slot waits for every transaction holding an xid, this one too.
+    let opening = tokio::spawn(CdcRelay::open(db.config("cdc-across")));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let waiting: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks \
+             WHERE locktype = 'transactionid' AND transactionid::text = $1 AND NOT granted)",
+        )
+        .bind(&xid)
+        .fetch_one(&db.admin)
+        .await
+        .unwrap();
+        if waiting {
+            break;
+        }
+        assert!(
+            !opening.is_finished(),
+            "the relay opened without waiting for the open transaction"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the slot creation never waited for the open transaction"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let meanwhile = db.enqueue("89").await;
+    open_tx.commit().await.unwrap();
+    let mut relay = tokio::time::timeout(Duration::from_secs(60), opening)
+        .await
+        .expect("the relay opened")
+        .unwrap()
+        .unwrap();
+    let after = db.enqueue("88").await;
+
+    let events = collect(&mut relay, 4, 10, Duration::from_secs(30)).await;
+    let got: HashSet<EventId> = ids(&events).into_iter().collect();
+    for (what, event) in [
+        ("committed before", &earlier),
+        ("open across the slot creation", &held),
+        ("committed during the slot creation", &meanwhile),
+        ("committed after", &after),
+    ] {
+        assert!(
+            got.contains(&event.event_id),
+            "the event {what} was not delivered"
+        );
+    }
+    assert_eq!(events.len(), 4, "each once: {:?}", ids(&events));
+    assert_per_account_order(&events, &HashMap::new());
+    assert_quiet(&mut relay, Duration::from_millis(800)).await;
+    relay.shutdown().await.unwrap();
+}
+
+/// A DBA made the slot (`create_missing = false`), or a first start died right after
+/// making it: rows committed since are in the slot and below the catch-up's bound.
+#[tokio::test]
+async fn rows_in_a_slot_made_before_the_first_start_are_delivered_once() {
+    let Some(db) = Db::new("premade").await else {
+        return;
+    };
+    let before = db.enqueue_many(3, &["90", "91"]).await;
+    db.create_publication().await;
+    sqlx::query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')")
+        .bind(&db.slot)
+        .execute(&db.admin)
+        .await
+        .unwrap();
+    let in_slot = db.enqueue_many(4, &["90", "91"]).await;
+
+    let mut config = db.config("cdc-premade");
+    config.create_missing = false;
+    let mut relay = CdcRelay::open(config).await.unwrap();
+    let after = db.enqueue_many(2, &["91", "90"]).await;
+
+    let events = collect(&mut relay, 9, 4, Duration::from_secs(30)).await;
+    let mut expected = ids(&before);
+    expected.extend(ids(&in_slot));
+    expected.extend(ids(&after));
+    assert_eq!(ids(&events), expected, "every event once, in order");
+    assert_per_account_order(&events, &HashMap::new());
+    assert_quiet(&mut relay, Duration::from_millis(800)).await;
+    relay.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_restart_in_the_middle_of_the_catch_up_resumes_after_its_cursor() {
+    let Some(db) = Db::new("resume").await else {
+        return;
+    };
+    let before = db.enqueue_many(12, &["92", "93", "94"]).await;
+    let config = db.config("cdc-resume");
+    let mut relay = CdcRelay::open(config.clone()).await.unwrap();
+    let first = collect(&mut relay, 5, 5, Duration::from_secs(30)).await;
+    assert_eq!(ids(&first), ids(&before[..5]), "the catch-up's first batch");
+    relay.acknowledge(first[4].position).await.unwrap();
+    relay.shutdown().await.unwrap();
+    db.slot_released(&db.slot).await;
+    let during = db.enqueue_many(2, &["92", "95"]).await;
+
+    let mut relay = CdcRelay::open(config).await.unwrap();
+    assert_eq!(relay.acknowledged(), Some(first[4].position));
+    let rest = collect(&mut relay, 9, 4, Duration::from_secs(30)).await;
+    let mut expected = ids(&before[5..]);
+    expected.extend(ids(&during));
+    assert_eq!(ids(&rest), expected, "the rest once, in order");
+    assert_quiet(&mut relay, Duration::from_millis(800)).await;
+    relay.shutdown().await.unwrap();
 }

@@ -1,6 +1,7 @@
 //! The relay over PostgreSQL as a user runs it (`outbox relay` processes): a SIGKILL
-//! mid-post with the polling relay and with the CDC relay, a fleet of three relay
-//! processes losing one to SIGKILL, and retention by partition drop.
+//! mid-post with the polling relay and with the CDC relay, a SIGKILL in the middle of
+//! the CDC relay's catch-up, a CDC deployment's partition maintenance, a fleet of
+//! three relay processes losing one to SIGKILL, and retention by partition drop.
 
 mod common;
 
@@ -73,7 +74,8 @@ async fn crash_and_restart(cdc: bool) {
     let events: Vec<_> = (0..30u64)
         .map(|i| fund(&format!("m{}", i % 3), 100 + i))
         .collect();
-    // CDC reads what commits after its slot exists, so it starts first (as a daemon).
+    // The CDC daemon starts first, so these events come through its stream (the
+    // catch-up of rows committed before the slot has a test of its own).
     let (mut first, stored) = if cdc {
         common::postgres::drop_stale_crash_slots(outbox.store.pool()).await;
         let child = relay(&outbox.url(), &ledger.url(), &extra);
@@ -150,6 +152,128 @@ async fn polling_relay_sigkill_between_accept_and_cursor() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cdc_relay_sigkill_between_accept_and_cursor() {
     crash_and_restart(true).await;
+}
+
+/// Terminal delivery records: events that reached a final outcome.
+async fn terminal_events(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(DISTINCT event_id) FROM outbox_deliveries WHERE outcome <> 'failed'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Every event is enqueued before the CDC relay ever ran, so it all comes through the
+/// catch-up; the relay is killed in the middle of it and started again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cdc_relay_sigkill_mid_catch_up_then_restart_exactly_once_in_order() {
+    let Some(outbox) = PgOutbox::new().await else {
+        return;
+    };
+    let ledger = dev_ledger(None).await;
+    // Not `crash…`: the other CDC crash test drops inactive `outbox_crash%` slots.
+    let name = format!("catchup{}", &EventId::new().to_string()[24..]);
+    let events: Vec<_> = (0..3000u64)
+        .map(|i| fund(&format!("m{}", i % 12), 100 + i))
+        .collect();
+    let stored = outbox.enqueue(&events).await;
+    // Slow answers keep the catch-up going long enough to kill it midway.
+    ledger.faults().set_delay(Duration::from_millis(30));
+    let args = ["--name", name.as_str(), "--cdc", "--batch-size", "100"];
+    let mut first = relay(&outbox.url(), &ledger.url(), &args);
+    let pool = outbox.store.pool().clone();
+    wait_for(
+        Duration::from_secs(90),
+        "a part of the catch-up to be delivered",
+        || {
+            let pool = pool.clone();
+            async move { terminal_events(&pool).await >= 600 }
+        },
+    )
+    .await;
+    first.kill().await.unwrap(); // SIGKILL
+    first.wait().await.unwrap();
+    let at_kill = terminal_events(&pool).await;
+    assert!(
+        at_kill < 3000,
+        "the catch-up finished before the kill: nothing was tested"
+    );
+    let polling_style: bool = sqlx::query_scalar(
+        "SELECT txid IS NOT NULL AND lsn IS NULL FROM relay_cursors WHERE relay = $1",
+    )
+    .bind(&name)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(polling_style, "the relay's cursor is still the catch-up's");
+    ledger.faults().clear();
+
+    let mut once = args.to_vec();
+    once.push("--once");
+    let second = tokio::time::timeout(
+        Duration::from_secs(180),
+        relay(&outbox.url(), &ledger.url(), &once).wait_with_output(),
+    )
+    .await
+    .expect("the restarted relay drained in time")
+    .unwrap();
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    eprintln!("{at_kill} of 3000 events were terminal at the kill");
+    assert_eq!(terminal_events(&pool).await, 3000);
+    assert_exactly_once_in_order(&ledger, &stored).await;
+    outbox.drop(Some(name.as_str())).await;
+}
+
+/// A CDC deployment's store keeps the daily partitions ahead of the calendar, as
+/// the polling relay's does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cdc_deployment_keeps_creating_daily_partitions() {
+    let Some(outbox) = PgOutbox::new().await else {
+        return;
+    };
+    let name = format!("cdcparts{}", &EventId::new().to_string()[24..]);
+    let mut config = outbox_store_postgres::PgConfig::new(common::postgres::server_url())
+        .with_schema(&outbox.schema);
+    config.partition_maintenance_interval = Duration::from_millis(200);
+    let database = outbox_bins::wiring::Database::Postgres(config);
+    let (store, relay) = database.store_and_cdc_relay(&name).await.unwrap();
+
+    // A partition ahead of the calendar goes missing, as for a process that outlives
+    // the partitions created at its start.
+    let day = chrono::Utc::now().date_naive() + chrono::Days::new(3);
+    let partition = format!("outbox_events_p{}", day.format("%Y%m%d"));
+    let exists = |pool: sqlx::PgPool, partition: String| async move {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = $1)",
+        )
+        .bind(partition)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    let pool = outbox.store.pool().clone();
+    assert!(
+        exists(pool.clone(), partition.clone()).await,
+        "created at open"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE {partition}")))
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert!(!exists(pool.clone(), partition.clone()).await);
+    wait_for(
+        Duration::from_secs(20),
+        "the partition maintenance to re-create it",
+        || exists(pool.clone(), partition.clone()),
+    )
+    .await;
+    drop((store, relay));
+    outbox.drop(Some(name.as_str())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

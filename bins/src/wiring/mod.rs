@@ -162,7 +162,10 @@ impl Database {
     }
 
     /// The store and a CDC relay (Postgres logical replication) named `relay`, with
-    /// its own slot and publication `outbox_<relay>`.
+    /// its own slot and publication `outbox_<relay>`. On its first start the relay
+    /// catches up from the polling cursor of the same name (or from the start), so a
+    /// deployment switches from polling to CDC by restarting with `--cdc`. The store
+    /// keeps the daily partitions ahead of the calendar, as with the polling relay.
     pub async fn store_and_cdc_relay(
         &self,
         relay: &str,
@@ -181,6 +184,7 @@ impl Database {
                     cdc.schema = schema.clone();
                 }
                 let relay = CdcRelay::open_with_pool(cdc, store.pool().clone()).await?;
+                store.start_partition_maintenance().await;
                 Ok((Arc::new(store), Box::new(relay)))
             }
             #[allow(unreachable_patterns)]

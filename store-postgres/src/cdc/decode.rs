@@ -114,6 +114,7 @@ const JSON: u32 = 114;
 const JSONB: u32 = 3802;
 const TIMESTAMP: u32 = 1114;
 const TIMESTAMPTZ: u32 = 1184;
+const XID8: u32 = 5069;
 
 /// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01 00:00:00 UTC).
 const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
@@ -127,6 +128,8 @@ pub(crate) struct OutboxLayout {
     sequence: (usize, u32),
     payload: (usize, u32),
     created_at: (usize, u32),
+    /// Only needed to skip rows the catch-up delivered (see `catch_up`).
+    txid: Option<(usize, u32)>,
 }
 
 impl OutboxLayout {
@@ -166,7 +169,30 @@ impl OutboxLayout {
             sequence: find("sequence", &[INT8, INT4])?,
             payload: find("payload", &[BYTEA, JSONB, JSON, TEXT])?,
             created_at: find("created_at", &[TIMESTAMPTZ, TIMESTAMP])?,
+            txid: if relation.columns.iter().any(|c| c.name == "txid") {
+                Some(find("txid", &[XID8, INT8])?)
+            } else {
+                None
+            },
         })
+    }
+
+    /// The row's `txid` column (the polling reader's order), to tell the rows the
+    /// catch-up delivered from the stream's own.
+    pub(crate) fn txid(&self, tuple: &[Datum<'_>]) -> Result<u64> {
+        let Some(txid) = self.txid else {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "the published outbox table has no column \"txid\" (a publication column list \
+                 must include it): the relay needs it to skip rows its catch-up delivered",
+            ));
+        };
+        let value = integer(column(tuple, txid, "txid")?, "txid")?;
+        // xid8 is unsigned 64-bit on the wire; an int8 column must not be negative.
+        match txid.1 {
+            XID8 => Ok(value as u64),
+            _ => u64::try_from(value).map_err(|_| protocol(format!("txid {value} is negative"))),
+        }
     }
 
     /// The row position of an Insert, read before the rest so errors can name it.
@@ -469,6 +495,19 @@ pub(crate) mod tests {
         assert_eq!(event.sequence, 3);
         assert_eq!(event.payload.as_bytes(), br#"{"post":{}}"#);
         assert_eq!(event.created_at.to_rfc3339(), "2026-10-07T00:00:00+00:00");
+        assert_eq!(layout.txid(&tuple).unwrap(), 77);
+
+        // Without a txid column the event still decodes; only skipping needs it.
+        let Message::Relation(narrow) =
+            parse(&relation_message(1, "s", "t", &COLUMNS[..6])).unwrap()
+        else {
+            panic!()
+        };
+        let narrow = OutboxLayout::of(&narrow).unwrap();
+        narrow.event(&tuple, 1).unwrap();
+        let err = narrow.txid(&tuple).unwrap_err();
+        assert_eq!(err.kind(), &ErrorKind::Config);
+        assert!(err.message().contains("\"txid\""), "{err}");
     }
 
     #[test]

@@ -23,12 +23,38 @@
 //! ```
 //!
 //! # Positions
-//! `Position::Log { lsn, row }`: `lsn` is the commit LSN of the event's transaction
+//! Streamed events carry `Position::Log { lsn, row }`: `lsn` is the commit LSN of the event's transaction
 //! (the start of its commit record, as pgoutput's Begin and Commit report it), `row` is
 //! `outbox_events.position`. Commit LSNs are the only globally ordered thing in the WAL
 //! (DESIGN §6.4), so they order transactions; rows order the events inside one, which is
 //! their insert order because `position` is `DEFAULT nextval()`. A decoded row that
 //! breaks that order stops the relay with an `Internal` error rather than risk a skip.
+//!
+//! Events of the catch-up (below) carry the polling reader's `Position::Snapshot { txid,
+//! row }`, which sorts before every `Log` position: the dispatcher's frontier and its
+//! "attempted" horizon stay ordered across the switch from catch-up to stream.
+//!
+//! # First start: the catch-up
+//! A slot streams only what commits after it exists. So on its first start (no LSN
+//! cursor yet) the relay creates the slot, then reads `X =
+//! pg_snapshot_xmax(pg_current_snapshot())` and records it with the slot's start LSN
+//! in a `relay_cursors` row of its own, `<relay>@cdc-handover`. It then returns, through
+//! the polling reader's `(txid, position)` query gated by `pg_snapshot_xmin`, every row
+//! with `txid < X` after the relay's saved cursor — a polling relay's cursor of the same
+//! name, or from the start when there is none — and streams from the slot only once
+//! `pg_snapshot_xmin ≥ X` and no such row is left, skipping streamed rows whose `txid`
+//! column is below X (the catch-up sent them). Every transaction that committed before
+//! the slot's start has an xid below X, and every row at or above X is streamed, so
+//! nothing is lost and nothing is sent twice; an account's txids never decrease along
+//! its sequence, so its events stay in sequence order across the switch.
+//!
+//! While catching up, [`Relay::acknowledge`](outbox_core::Relay::acknowledge) saves the
+//! snapshot position as a polling-style cursor (`txid`, `position`) and confirms nothing
+//! to the slot; the first log position replaces it with the LSN cursor. A relay stopped
+//! mid-catch-up (even by SIGKILL) resumes after that cursor with the same X. The slot
+//! is not read during the catch-up and retains WAL from its start meanwhile; a
+//! transaction left open since before the slot holds the catch-up back, as it holds the
+//! polling reader (the crate README's "horizon").
 //!
 //! # Guarantees
 //! - Only committed rows, in commit order; a rolled-back insert never appears.
@@ -38,6 +64,8 @@
 //!   update, within `status_interval_ms`). Not the commit's end: the acknowledged
 //!   event may sit in the middle of its transaction, so the whole transaction stays in
 //!   the slot. The slot is therefore never confirmed past the durable cursor.
+//! - On the first start, every row committed before the slot, after the polling cursor
+//!   of the same name (if any), comes first, in the polling reader's order (see above).
 //! - On start, and after any stop (clean, crash, SIGKILL), streaming resumes from the
 //!   cursor's commit LSN; rows at or before the cursor are skipped. The first event
 //!   returned is exactly the first event after the durable cursor: nothing after it is
@@ -69,9 +97,10 @@
 //!   or dropped and re-created it);
 //! - the slot's `wal_status` is `lost` (`max_slot_wal_keep_size` was exceeded).
 //!
-//! The first start saves a cursor at the slot's start point, so the check works from
-//! then on. Recovery is deliberate: deliver the events after the cursor another way
-//! (the polling relay), then delete the relay's `relay_cursors` row.
+//! The first start records the slot's start point in the handover row, so the check
+//! works from then on (against the LSN cursor once there is one). Recovery is
+//! deliberate: deliver the events after the cursor another way (the polling relay),
+//! then delete the relay's `relay_cursors` rows (`<relay>` and `<relay>@cdc-handover`).
 //!
 //! While the relay is caught up (everything it returned is acknowledged), it moves the
 //! cursor and the slot to the WAL end a server keepalive reports, at most every
@@ -91,10 +120,10 @@
 //!   [`CdcRelay::slot_lag`], set `max_slot_wal_keep_size`, and drop the slot
 //!   (`SELECT pg_drop_replication_slot('outbox_cdc')`) with its cursor row when the
 //!   relay is retired.
-//! - A slot streams only what commits after it was created. To switch an outbox from
-//!   polling to CDC: create the relay (which creates the slot) while the polling relay
-//!   still runs, let the polling relay drain, then start dispatching from the CDC
-//!   relay; events both relays see are posted twice with the same idempotency key.
+//! - To switch an outbox from polling to CDC: stop the polling relay and start the CDC
+//!   relay under the same name. It catches up from the polling cursor, so nothing is
+//!   lost and nothing before the cursor is sent again. Never run both at once under
+//!   one name: the slot fences CDC instances only once they stream.
 //! - The replication connection has no TLS (like sqlx in this workspace): a URL with
 //!   `sslmode=require` or stricter is refused.
 //!
@@ -107,6 +136,7 @@
 //! # Configuration
 //! See [`CdcConfig`]: every field, its default and its meaning.
 
+mod catch_up;
 mod config;
 mod decode;
 mod error;

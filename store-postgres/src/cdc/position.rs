@@ -1,5 +1,6 @@
-//! The CDC relay's durable position: `Position::Log { lsn, row }` in the cursor table,
-//! and the LSN text form PostgreSQL uses.
+//! The CDC relay's durable position: `Position::Log { lsn, row }` in the cursor table
+//! (or `Position::Snapshot` while it catches up, see `catch_up`), and the LSN text
+//! form PostgreSQL uses.
 //!
 //! `lsn` is a commit LSN (the start of the commit record, as pgoutput's Begin and
 //! Commit report it) and `row` the outbox row inside that commit. One more form marks
@@ -10,6 +11,7 @@ use outbox_core::{Error, ErrorKind, Position, Result};
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
 use super::error;
+use crate::position::{parse_xid8, xid8_text};
 
 /// The `row` of a position that precedes every row of the commit at its LSN.
 pub const BETWEEN_COMMITS: i64 = i64::MIN;
@@ -26,15 +28,25 @@ pub fn format_lsn(lsn: u64) -> String {
     pgwire_replication::Lsn(lsn).to_string()
 }
 
-/// The `(lsn, row)` of a CDC position; any other kind is refused.
+/// The `(lsn, row)` of a streamed position; any other kind is refused.
 pub(crate) fn log_parts(position: Position) -> Result<(u64, i64)> {
     match position {
         Position::Log { lsn, row } => Ok((lsn, row)),
         other => Err(Error::invalid(
             "position",
-            format!("the CDC relay only handles log positions, got {other}"),
+            format!("expected a log position (streamed by the CDC relay), got {other}"),
         )),
     }
+}
+
+/// A position the CDC relay never hands out.
+pub(crate) fn not_ours(position: Position) -> Error {
+    Error::invalid(
+        "position",
+        format!(
+            "the CDC relay handles log positions and, while catching up, snapshot positions; got {position}"
+        ),
+    )
 }
 
 /// Reads and writes one relay's row of the cursor table.
@@ -51,11 +63,17 @@ impl CursorTable {
         }
     }
 
-    /// The saved position of `relay`. A row without an LSN belongs to a polling relay:
-    /// resuming CDC from it would guess, so it is refused.
+    /// The quoted, schema-qualified table name.
+    pub(crate) fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The saved position of `relay`: `Position::Log` once the relay streams,
+    /// `Position::Snapshot` while it catches up (or as a polling relay of the same name
+    /// left it, which the catch-up resumes after).
     pub(crate) async fn load(&self, pool: &PgPool, relay: &str) -> Result<Option<Position>> {
         let sql = format!(
-            "SELECT position, lsn::text AS lsn FROM {} WHERE relay = $1",
+            "SELECT position, txid::text AS txid, lsn::text AS lsn FROM {} WHERE relay = $1",
             self.table
         );
         let row = sqlx::query(AssertSqlSafe(sql))
@@ -64,23 +82,22 @@ impl CursorTable {
             .await
             .map_err(|e| error::sql("loading the CDC cursor", e).with("relay", relay))?;
         let Some(row) = row else { return Ok(None) };
-        let position: i64 = row
-            .try_get("position")
-            .map_err(|e| error::sql("reading the CDC cursor", e))?;
-        let lsn: Option<String> = row
-            .try_get("lsn")
-            .map_err(|e| error::sql("reading the CDC cursor", e))?;
-        match lsn {
-            Some(lsn) => Ok(Some(Position::Log {
+        let read = |e| error::sql("reading the CDC cursor", e);
+        let position: i64 = row.try_get("position").map_err(read)?;
+        let txid: Option<String> = row.try_get("txid").map_err(read)?;
+        let lsn: Option<String> = row.try_get("lsn").map_err(read)?;
+        match (lsn, txid) {
+            (Some(lsn), _) => Ok(Some(Position::Log {
                 lsn: parse_lsn(&lsn)?,
                 row: position,
             })),
-            None => Err(Error::new(
-                ErrorKind::Config,
-                format!(
-                    "the cursor of relay {relay:?} has no LSN: it was saved by a polling relay; \
-                     give the CDC relay a name of its own"
-                ),
+            (None, Some(txid)) => Ok(Some(Position::Snapshot {
+                txid: parse_xid8("relay_cursors.txid", &txid)?,
+                row: position,
+            })),
+            (None, None) => Err(Error::new(
+                ErrorKind::Internal,
+                format!("the cursor of relay {relay:?} has neither an lsn nor a txid"),
             )
             .with("relay", relay)),
         }
@@ -91,33 +108,44 @@ impl CursorTable {
     ///
     /// The guard keeps a stale instance from moving a cursor backwards: the slot was
     /// confirmed up to the newer cursor, and a cursor behind the slot reads as lost
-    /// events on the next start.
+    /// events on the next start. A catch-up (snapshot) position never replaces an LSN,
+    /// which sorts after every snapshot position; an LSN replaces a snapshot position.
     pub(crate) async fn save(
         &self,
         pool: &PgPool,
         relay: &str,
         position: Position,
     ) -> Result<bool> {
-        let (lsn, row) = log_parts(position)?;
-        let sql = format!(
-            "INSERT INTO {table} AS c (relay, position, txid, lsn, updated_at) \
-             VALUES ($1, $2, NULL, $3::text::pg_lsn, now()) \
-             ON CONFLICT (relay) DO UPDATE \
-               SET position = EXCLUDED.position, txid = NULL, lsn = EXCLUDED.lsn, updated_at = now() \
-               WHERE c.lsn IS NULL OR (c.lsn, c.position) <= (EXCLUDED.lsn, EXCLUDED.position)",
-            table = self.table
-        );
-        let done = sqlx::query(AssertSqlSafe(sql))
+        let query = match position {
+            Position::Log { lsn, row } => sqlx::query(AssertSqlSafe(format!(
+                "INSERT INTO {table} AS c (relay, position, txid, lsn, updated_at) \
+                 VALUES ($1, $2, NULL, $3::text::pg_lsn, now()) \
+                 ON CONFLICT (relay) DO UPDATE \
+                   SET position = EXCLUDED.position, txid = NULL, lsn = EXCLUDED.lsn, updated_at = now() \
+                   WHERE c.lsn IS NULL OR (c.lsn, c.position) <= (EXCLUDED.lsn, EXCLUDED.position)",
+                table = self.table
+            )))
             .bind(relay)
             .bind(row)
-            .bind(format_lsn(lsn))
-            .execute(pool)
-            .await
-            .map_err(|e| {
-                error::sql("saving the CDC cursor", e)
-                    .with("relay", relay)
-                    .with("position", position)
-            })?;
+            .bind(format_lsn(lsn)),
+            Position::Snapshot { txid, row } => sqlx::query(AssertSqlSafe(format!(
+                "INSERT INTO {table} AS c (relay, position, txid, lsn, updated_at) \
+                 VALUES ($1, $2, $3::text::xid8, NULL, now()) \
+                 ON CONFLICT (relay) DO UPDATE \
+                   SET position = EXCLUDED.position, txid = EXCLUDED.txid, updated_at = now() \
+                   WHERE c.lsn IS NULL AND (c.txid, c.position) <= (EXCLUDED.txid, EXCLUDED.position)",
+                table = self.table
+            )))
+            .bind(relay)
+            .bind(row)
+            .bind(xid8_text(txid)),
+            other => return Err(not_ours(other)),
+        };
+        let done = query.execute(pool).await.map_err(|e| {
+            error::sql("saving the CDC cursor", e)
+                .with("relay", relay)
+                .with("position", position)
+        })?;
         Ok(done.rows_affected() == 1)
     }
 }

@@ -1,5 +1,6 @@
 //! `CdcRelay`: outbox events from PostgreSQL logical replication, in commit order, with
-//! a durable cursor and a slot confirmed only up to that cursor.
+//! a durable cursor and a slot confirmed only up to that cursor; on its first start,
+//! everything committed before the slot first, through the catch-up.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -13,23 +14,30 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::time::Instant;
 
+use super::catch_up::{self, CatchUp, Handover};
 use super::config::{CdcConfig, ReplicationTarget, redact};
 use super::decode::{self, Message, OutboxLayout};
 use super::error;
-use super::position::{BETWEEN_COMMITS, CursorTable, format_lsn, log_parts};
+use super::position::{BETWEEN_COMMITS, CursorTable, format_lsn, log_parts, not_ours};
 use super::slot;
 use super::stream;
 
 /// A [`Relay`] that tails the outbox through a logical replication slot.
 ///
 /// Positions are `Position::Log { lsn: commit LSN, row }`: commit LSNs order
-/// transactions, rows order events inside one. See the module docs for the
-/// guarantees after a restart.
+/// transactions, rows order events inside one. Events committed before the slot
+/// existed come first, from the catch-up, as `Position::Snapshot` (which sorts before
+/// every log position). See the module docs for the guarantees after a restart.
 pub struct CdcRelay {
     config: CdcConfig,
     target: ReplicationTarget,
     pool: PgPool,
     cursors: CursorTable,
+    /// Where the slot took over from the catch-up; `None` for a cursor saved before
+    /// the catch-up existed (nothing to skip then).
+    handover: Option<Handover>,
+    /// Set until the catch-up has returned every row committed before the slot.
+    catch_up: Option<CatchUp>,
     session: Option<Session>,
     /// A stream failure seen where it could not be returned (in `wait`, or after
     /// events were already buffered); `next_batch` reports it, then reconnects.
@@ -37,7 +45,7 @@ pub struct CdcRelay {
     intake: Intake,
     /// The last position handed out by `next_batch`.
     returned: Option<Position>,
-    /// The durable cursor.
+    /// The durable cursor: a snapshot position while catching up, then a log position.
     acknowledged: Option<Position>,
     last_idle_confirm: Instant,
 }
@@ -74,7 +82,9 @@ pub struct SlotLag {
 }
 
 impl CdcRelay {
-    /// Connects, checks the server and the slot, and starts streaming after the saved cursor.
+    /// Connects, checks the server and the slot, and resumes after the saved cursor:
+    /// streaming when it is an LSN, catching up otherwise (a first start, a polling
+    /// relay's cursor of the same name, or a catch-up cut short).
     ///
     /// # Errors
     /// [`ErrorKind::Config`] for `wal_level` other than `logical`, a slot with the wrong
@@ -100,39 +110,48 @@ impl CdcRelay {
         let target = config.replication_target()?;
         slot::check_server_wal_level(&pool).await?;
         let cursors = CursorTable::new(&config.schema, &config.cursor_table);
-        let mut cursor = cursors.load(&pool, &config.relay).await?;
+        let saved = cursors.load(&pool, &config.relay).await?;
+        let mut handover = catch_up::load(&pool, &cursors, &config.relay).await?;
         // The publication first: pgoutput reads it through the slot's historic
         // catalog snapshot, so it must exist before the slot starts decoding.
         slot::ensure_publication(&pool, &config).await?;
-        let state = slot::ensure_slot(&pool, &config, cursor).await?;
-        if cursor.is_none() {
-            // Anchor the cursor at the slot's start, so that from now on a slot
-            // that moves past it (advanced, re-created) is detected.
-            let anchor = Position::Log {
-                lsn: state.confirmed_flush,
-                row: BETWEEN_COMMITS,
-            };
-            cursors.save(&pool, &config.relay, anchor).await?;
-            cursor = cursors.load(&pool, &config.relay).await?;
-            slot::check_against_cursor(&config, state.confirmed_flush, cursor)?;
-            tracing::info!(relay = %config.relay, slot = %config.slot, created = state.created, position = ?cursor, "CDC relay starts at its slot");
+        let stream_from = stream_cursor(saved, handover);
+        let state = slot::ensure_slot(&pool, &config, stream_from).await?;
+        if stream_from.is_none() {
+            // First start: the slot exists now, so the bound X read in `begin` splits
+            // the outbox into the catch-up's rows and the stream's (see `catch_up`).
+            let new =
+                catch_up::begin(&pool, &cursors, &config.relay, state.confirmed_flush).await?;
+            slot::check_against_cursor(&config, state.confirmed_flush, Some(new.stream_start()))?;
+            tracing::info!(relay = %config.relay, slot = %config.slot, created = state.created, after = ?saved, below_txid = new.below_txid, "CDC relay catches up on what was committed before its slot, then streams");
+            handover = Some(new);
         }
+        let catch_up = match (saved, handover) {
+            (Some(Position::Log { .. }), _) | (_, None) => None,
+            (after, Some(handover)) => Some(CatchUp::new(&config, handover, after)),
+        };
+        let streaming = catch_up.is_none();
         let mut relay = Self {
             config,
             target,
             pool,
             cursors,
+            handover,
+            catch_up,
             session: None,
             broken: None,
             intake: Intake {
                 ready: VecDeque::new(),
-                taken: cursor,
+                taken: stream_cursor(saved, handover),
             },
-            returned: cursor,
-            acknowledged: cursor,
+            returned: saved,
+            acknowledged: saved,
             last_idle_confirm: Instant::now(),
         };
-        relay.connect().await?;
+        // While catching up the slot is not read; the session starts once it is done.
+        if streaming {
+            relay.connect().await?;
+        }
         Ok(relay)
     }
 
@@ -187,11 +206,12 @@ impl CdcRelay {
     /// session's first status update could mask an advance) and after (once held,
     /// nobody else can move it).
     async fn connect(&mut self) -> Result<()> {
-        let from = match self.acknowledged {
+        let cursor = stream_cursor(self.acknowledged, self.handover);
+        let from = match cursor {
             Some(position) => log_parts(position)?.0,
             None => 0,
         };
-        slot::verify(&self.pool, &self.config, self.acknowledged).await?;
+        slot::verify(&self.pool, &self.config, cursor).await?;
         let client = stream::start(&self.config, &self.target, from).await?;
         self.session = Some(Session {
             client,
@@ -199,7 +219,7 @@ impl CdcRelay {
             commit_lsn: None,
             last: None,
         });
-        if let Err(e) = slot::verify(&self.pool, &self.config, self.acknowledged).await {
+        if let Err(e) = slot::verify(&self.pool, &self.config, cursor).await {
             self.session = None;
             return Err(e);
         }
@@ -254,7 +274,13 @@ impl CdcRelay {
                 }
             },
             ReplicationEvent::XLogData { data, .. } => {
-                on_change(session, &mut self.intake, &self.config, &data)?;
+                on_change(
+                    session,
+                    &mut self.intake,
+                    &self.config,
+                    self.handover,
+                    &data,
+                )?;
             }
             ReplicationEvent::KeepAlive { wal_end, .. } => self.confirm_idle(wal_end.0).await,
             ReplicationEvent::Message { .. } | ReplicationEvent::StoppedAt { .. } => {}
@@ -275,8 +301,7 @@ impl CdcRelay {
         let caught_up = self.intake.ready.is_empty()
             && session.commit_lsn.is_none()
             && self.returned == self.acknowledged;
-        let behind = self
-            .acknowledged
+        let behind = stream_cursor(self.acknowledged, self.handover)
             .and_then(|a| log_parts(a).ok())
             .is_some_and(|(lsn, _)| lsn < wal_end);
         if !caught_up
@@ -326,11 +351,22 @@ impl CdcRelay {
     }
 }
 
-/// Applies one pgoutput change: learns relations, queues new outbox inserts.
+/// Where streaming resumes: the saved LSN cursor, else the handover's slot start
+/// (while catching up, or caught up with nothing streamed yet).
+fn stream_cursor(saved: Option<Position>, handover: Option<Handover>) -> Option<Position> {
+    match saved {
+        Some(position @ Position::Log { .. }) => Some(position),
+        _ => handover.map(Handover::stream_start),
+    }
+}
+
+/// Applies one pgoutput change: learns relations, queues new outbox inserts (except
+/// those the catch-up delivered).
 fn on_change(
     session: &mut Session,
     intake: &mut Intake,
     config: &CdcConfig,
+    handover: Option<Handover>,
     data: &[u8],
 ) -> Result<()> {
     match decode::parse(data)? {
@@ -373,6 +409,12 @@ fn on_change(
             if intake.taken.is_some_and(|taken| position <= taken) {
                 return Ok(());
             }
+            // Committed after the slot's start but below X: the catch-up sent it.
+            if let Some(handover) = handover
+                && handover.caught_up(layout.txid(&tuple)?)
+            {
+                return Ok(());
+            }
             let event = layout.event(&tuple, commit_lsn)?;
             intake.taken = Some(position);
             intake.ready.push_back(event);
@@ -397,8 +439,26 @@ impl Relay for CdcRelay {
         &self.config.relay
     }
 
-    /// Reconnects first when the stream broke; returns what is decoded now, never waits.
+    /// While catching up, reads the outbox below X; then reconnects first when the
+    /// stream broke and returns what is decoded now. Never waits.
     async fn next_batch(&mut self, max: usize) -> Result<Vec<OutboxEvent>> {
+        if let Some(catch_up) = self.catch_up.as_mut() {
+            match catch_up
+                .next(&self.pool, max.min(self.config.max_batch))
+                .await?
+            {
+                Some(batch) => {
+                    if let Some(last) = batch.last() {
+                        self.returned = Some(last.position);
+                    }
+                    return Ok(batch);
+                }
+                None => {
+                    tracing::info!(relay = %self.config.relay, slot = %self.config.slot, "CDC catch-up complete: streaming from the slot");
+                    self.catch_up = None;
+                }
+            }
+        }
         // Events queued before a failure are committed: they are handed out first,
         // and the new session's repeats of them are skipped.
         if self.intake.ready.is_empty() {
@@ -419,12 +479,18 @@ impl Relay for CdcRelay {
     }
 
     /// Saves `through` in the cursor table, then confirms its commit LSN to the slot.
+    /// A catch-up (snapshot) position is saved as a polling-style cursor, and confirms
+    /// nothing: the slot stays at its start until the first log position.
     ///
     /// Confirming the commit LSN (not its end) keeps that whole transaction in the
     /// slot: `through` may sit in the middle of it. After a restart the transaction is
     /// streamed again and its rows up to `through` are skipped against the cursor.
     async fn acknowledge(&mut self, through: Position) -> Result<()> {
-        let (lsn, _) = log_parts(through)?;
+        let lsn = match through {
+            Position::Log { lsn, .. } => Some(lsn),
+            Position::Snapshot { .. } => None,
+            other => return Err(not_ours(other)),
+        };
         if self.acknowledged.is_some_and(|a| through <= a) {
             return Ok(());
         }
@@ -452,7 +518,7 @@ impl Relay for CdcRelay {
             .with("relay", &self.config.relay));
         }
         self.acknowledged = Some(through);
-        if let Some(session) = &self.session {
+        if let (Some(session), Some(lsn)) = (&self.session, lsn) {
             session.client.update_applied_lsn(Lsn(lsn));
         }
         Ok(())
@@ -488,6 +554,7 @@ impl fmt::Debug for CdcRelay {
         f.debug_struct("CdcRelay")
             .field("relay", &self.config.relay)
             .field("slot", &self.config.slot)
+            .field("catching_up", &self.catch_up.is_some())
             .field("streaming", &self.session.is_some())
             .field("buffered", &self.intake.ready.len())
             .field("returned", &self.returned)
