@@ -8,7 +8,7 @@ use std::time::Instant;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -28,6 +28,9 @@ pub struct Recorder {
     /// Arrival times per idempotency key (the event id), while `on`.
     on: AtomicBool,
     arrivals: Mutex<Vec<(Uuid, Instant)>>,
+    /// Keys answered with an idempotency mismatch (a permanent error that stops the
+    /// account), for benchmarks of a stopped account.
+    mismatched: Mutex<std::collections::HashSet<Uuid>>,
 }
 
 impl Recorder {
@@ -47,7 +50,18 @@ impl Recorder {
     pub fn count(&self) -> usize {
         self.arrivals.lock().unwrap().len()
     }
+
+    /// Answers `key` with an idempotency mismatch from now on.
+    pub fn mismatch(&self, key: Uuid) {
+        self.mismatched.lock().unwrap().insert(key);
+    }
+
+    fn is_mismatched(&self, key: Option<Uuid>) -> bool {
+        key.is_some_and(|k| self.mismatched.lock().unwrap().contains(&k))
+    }
 }
+
+const MISMATCH: &str = "invalid idempotency hash when using idempotency key (null ledger)";
 
 #[derive(Deserialize)]
 struct Keyed {
@@ -61,44 +75,64 @@ const TX_JSON: &str = r#""postings":[],"metadata":{},"timestamp":"2026-01-01T00:
 pub async fn null_ledger() -> NullLedger {
     async fn bulk(State(recorder): State<Arc<Recorder>>, body: Bytes) -> String {
         let arrived = Instant::now();
-        let elements = if recorder.on.load(Ordering::Relaxed) {
+        let keys: Vec<Option<Uuid>> = if recorder.on.load(Ordering::Relaxed)
+            || !recorder.mismatched.lock().unwrap().is_empty()
+        {
             let keyed: Vec<Keyed> = serde_json::from_slice(&body).unwrap_or_default();
-            let mut arrivals = recorder.arrivals.lock().unwrap();
-            arrivals.extend(
-                keyed
-                    .iter()
-                    .filter_map(|k| Uuid::parse_str(&k.ik).ok())
-                    .map(|id| (id, arrived)),
-            );
-            keyed.len()
+            let keys: Vec<Option<Uuid>> =
+                keyed.iter().map(|k| Uuid::parse_str(&k.ik).ok()).collect();
+            if recorder.on.load(Ordering::Relaxed) {
+                let mut arrivals = recorder.arrivals.lock().unwrap();
+                arrivals.extend(keys.iter().flatten().map(|id| (*id, arrived)));
+            }
+            keys
         } else {
-            serde_json::from_slice::<Vec<IgnoredAny>>(&body).map_or(0, |v| v.len())
+            let n = serde_json::from_slice::<Vec<IgnoredAny>>(&body).map_or(0, |v| v.len());
+            vec![None; n]
         };
         let first = recorder
             .next_id
-            .fetch_add(elements as u64, Ordering::Relaxed);
-        let results: Vec<String> = (0..elements as u64)
-            .map(|i| {
-                format!(
-                    r#"{{"responseType":"CREATE_TRANSACTION","logID":{0},"data":{{"id":{0},{TX_JSON}}}}}"#,
-                    first + i + 1
-                )
+            .fetch_add(keys.len() as u64, Ordering::Relaxed);
+        let results: Vec<String> = keys
+            .iter()
+            .zip(first + 1..)
+            .map(|(key, id)| {
+                if recorder.is_mismatched(*key) {
+                    format!(
+                        r#"{{"responseType":"ERROR","logID":0,"errorCode":"VALIDATION","errorDescription":"{MISMATCH}"}}"#
+                    )
+                } else {
+                    format!(
+                        r#"{{"responseType":"CREATE_TRANSACTION","logID":{id},"data":{{"id":{id},{TX_JSON}}}}}"#
+                    )
+                }
             })
             .collect();
         format!(r#"{{"data":[{}]}}"#, results.join(","))
     }
-    async fn create(State(recorder): State<Arc<Recorder>>, headers: HeaderMap) -> String {
+    async fn create(
+        State(recorder): State<Arc<Recorder>>,
+        headers: HeaderMap,
+    ) -> (StatusCode, String) {
         let arrived = Instant::now();
+        let key = headers
+            .get("Idempotency-Key")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| Uuid::parse_str(v).ok());
         if recorder.on.load(Ordering::Relaxed)
-            && let Some(id) = headers
-                .get("Idempotency-Key")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| Uuid::parse_str(v).ok())
+            && let Some(id) = key
         {
             recorder.arrivals.lock().unwrap().push((id, arrived));
         }
+        if recorder.is_mismatched(key) {
+            let body = format!(r#"{{"errorCode":"VALIDATION","errorMessage":"{MISMATCH}"}}"#);
+            return (StatusCode::BAD_REQUEST, body);
+        }
         let id = recorder.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        format!(r#"{{"data":{{"id":{id},{TX_JSON}}}}}"#)
+        (
+            StatusCode::OK,
+            format!(r#"{{"data":{{"id":{id},{TX_JSON}}}}}"#),
+        )
     }
     let recorder = Arc::new(Recorder::default());
     let app = Router::new()

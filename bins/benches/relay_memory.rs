@@ -1,0 +1,169 @@
+//! Relay memory with one stopped account, printed as figures (no assertions).
+//!
+//! An account whose first event the ledger refuses permanently (an idempotency
+//! mismatch) stops; the cursor may not pass it for the rest of the run, so every
+//! event read after it used to stay in the dispatcher's bookkeeping, and after a
+//! restart every one of them was looked up one by one. This runs the real `outbox
+//! relay --once` process on a SQLite outbox with that stopped account first and N
+//! later events over 1,000 accounts (null ledger), for several N, and prints the
+//! process's peak RSS (VmHWM) for each, beside the same outbox without the stopped
+//! account (the baseline, same run); then the restart (every later event in the
+//! uncertain window) with its time and peak RSS. Flat means the peak does not grow
+//! with N.
+//!
+//! Run: `cargo bench -p outbox-bins --bench relay_memory` (`-- --events N` for the
+//! largest N, default 1,000,000).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use outbox_core::{
+    Account, Amount, Asset, EventId, LedgerCommand, Metadata, NewEvent, PostBody, PostCommand,
+    Posting,
+};
+use outbox_store_sqlite::{SqliteConfig, connect, enqueue};
+use outbox_testkit::null_ledger::null_ledger;
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn event(account: &str, n: usize) -> NewEvent {
+    NewEvent::new(
+        Account::parse(account).unwrap(),
+        LedgerCommand::Post(PostCommand {
+            body: PostBody::Postings(vec![Posting {
+                source: Account::parse("world").unwrap(),
+                destination: Account::parse(&format!("{account}:available")).unwrap(),
+                amount: Amount::new(1_000 + n as u64),
+                asset: Asset::parse("USD/2").unwrap(),
+            }]),
+            reference: None,
+            metadata: Metadata::from([("event_type".to_owned(), "bench".to_owned())]),
+        }),
+    )
+    .with_event_id(EventId::new())
+}
+
+/// An outbox with, optionally, the stopped account's event first, then `later`
+/// events round-robin over 1,000 accounts. Returns its URL and the stopped event's id.
+fn outbox(dir: &Path, later: usize, stopped: bool) -> (String, Option<EventId>) {
+    let path = dir.join(format!("outbox-{}.db", EventId::new()));
+    let mut config = SqliteConfig::new(&path);
+    config.synchronous_full = false;
+    let mut conn = connect(&config).unwrap();
+    outbox_store_sqlite::migrate(&mut conn).unwrap();
+    let tx = conn.transaction().unwrap();
+    let first = stopped.then(|| {
+        let e = event("merchants:stopped", 0);
+        let id = e.event_id.unwrap();
+        enqueue(&tx, &e).unwrap();
+        id
+    });
+    for n in 0..later {
+        enqueue(&tx, &event(&format!("merchants:{}", n % 1_000), n)).unwrap();
+    }
+    tx.commit().unwrap();
+    (format!("sqlite://{}", path.display()), first)
+}
+
+/// Peak resident set of process `pid` so far, in KiB.
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kib| kib.parse().ok())
+}
+
+/// Runs `outbox relay --once` to its end; returns its time, peak RSS (MiB) and the
+/// number of stopped accounts it reported.
+async fn relay_once(database: &str, ledger_url: &str) -> (Duration, f64, String) {
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .args(["relay", "--database", database, "--ledger-url", ledger_url])
+        .args([
+            "--ledger-name",
+            "bench",
+            "--once",
+            "--poll-interval-ms",
+            "20",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let summary = tokio::spawn(async move {
+        let mut text = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut stdout, &mut text)
+            .await
+            .ok();
+        text
+    });
+    let pid = child.id().unwrap();
+    let mut peak = 0;
+    loop {
+        if let Some(kib) = peak_rss_kib(pid) {
+            peak = peak.max(kib);
+        }
+        match tokio::time::timeout(Duration::from_millis(50), child.wait()).await {
+            Ok(status) => {
+                status.unwrap();
+                break;
+            }
+            Err(_) => continue,
+        }
+    }
+    let summary = summary.await.unwrap_or_default();
+    let stopped = summary
+        .rsplit_once("stopped accounts ")
+        .map_or("?", |(_, n)| n.trim())
+        .to_owned();
+    (started.elapsed(), peak as f64 / 1024.0, stopped)
+}
+
+#[tokio::main]
+async fn main() {
+    let largest = arg("--events", 1_000_000);
+    let sizes: Vec<usize> = [largest / 10, largest / 3, largest]
+        .into_iter()
+        .filter(|n| *n > 0)
+        .collect();
+    let ledger = null_ledger().await;
+    let dir = tempfile::TempDir::new().unwrap();
+    println!(
+        "relay memory, one stopped account first, N later events over 1,000 accounts (SQLite, null ledger, `outbox relay --once`)"
+    );
+    println!(
+        "{:>10}  {:>14}  {:>14}  {:>7}  {:>16}  {:>14}",
+        "N", "stopped: peak", "baseline: peak", "ratio", "restart: time", "restart: peak"
+    );
+    let mut first_peak = None;
+    for n in sizes {
+        let (baseline_db, _) = outbox(dir.path(), n, false);
+        let (_, baseline_peak, _) = relay_once(&baseline_db, &ledger.url).await;
+        let (db, stopped) = outbox(dir.path(), n, true);
+        ledger.recorder.mismatch(stopped.unwrap().as_uuid());
+        let (_, peak, stopped_accounts) = relay_once(&db, &ledger.url).await;
+        // The cursor stays before the stopped event: the restart reads every later
+        // event again, all inside the uncertain window, and finds them terminal.
+        let (restart_time, restart_peak, _) = relay_once(&db, &ledger.url).await;
+        first_peak.get_or_insert(peak);
+        println!(
+            "{n:>10}  {peak:>11.1} MiB  {baseline_peak:>11.1} MiB  {:>7.2}  {:>14.1} s  {restart_peak:>10.1} MiB  (stopped accounts: {stopped_accounts})",
+            peak / baseline_peak,
+            restart_time.as_secs_f64()
+        );
+    }
+    if let Some(first) = first_peak {
+        println!("flatness: compare each N's peak with the first ({first:.1} MiB)");
+    }
+}
