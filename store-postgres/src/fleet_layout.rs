@@ -46,9 +46,9 @@ impl FleetLayout {
     /// partition splits; otherwise any old partition may contribute.
     fn sources(&self, next: u32, partition: u32) -> Vec<u32> {
         let old = self.partitions;
-        if old % next == 0 {
+        if old.is_multiple_of(next) {
             (0..old).filter(|p| p % next == partition).collect()
-        } else if next % old == 0 {
+        } else if next.is_multiple_of(old) {
             vec![partition % old]
         } else {
             (0..old).collect()
