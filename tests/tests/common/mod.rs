@@ -5,6 +5,7 @@
 
 pub mod hop2;
 pub mod postgres;
+pub mod process;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
