@@ -49,7 +49,7 @@ pub enum Command {
     /// Hop 2: receive the ledger's signed webhooks, store them durably, and publish
     /// them to every `--to` destination in per-account order.
     #[cfg(feature = "http")]
-    Fanout(FanoutCli),
+    Fanout(Box<FanoutCli>),
     /// Hop 2 reference consumer: apply the events from one transport to a treasury
     /// table through an inbox (exactly once in effect, per-account order).
     Consume(ConsumeArgs),
@@ -212,6 +212,10 @@ pub struct FanoutArgs {
     /// With --ledger-url: seconds between two catch-ups.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     pub catch_up_interval_secs: u64,
+    /// With --ledger-url: log entries younger than this many seconds are left to their
+    /// webhooks (normally a moment behind the log) until a later catch-up.
+    #[arg(long, default_value_t = 10)]
+    pub catch_up_settle_secs: u64,
 }
 
 #[derive(Debug, Clone, clap::Args)]

@@ -288,6 +288,7 @@ async fn webhooks_the_intake_refused_reach_the_consumer_through_catch_up() {
     // Phase 3: the fan-out runs with catch-up from the ledger's log.
     let mut flags = run.ledger_flags();
     flags.extend(["--catch-up-interval-secs".into(), "1".into()]);
+    flags.extend(["--catch-up-settle-secs".into(), "1".into()]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let fanout = run.fanout(&flags).await;
     let instructions = 11;

@@ -50,6 +50,7 @@ impl LedgerLogSource for FormanceLedgerLog {
                         .map_err(|e| e.with("log_id", log.id).with("ledger", self.ledger()))?;
                 Ok(LedgerLogEntry {
                     id: log.id,
+                    date: log.date,
                     messages,
                 })
             })

@@ -28,8 +28,9 @@ fn ledger_log(url: &str, name: &str, token: Option<&str>) -> Result<Arc<Formance
     Ok(Arc::new(FormanceLedgerLog::new(Arc::new(client))))
 }
 
-/// `outbox fanout catch-up`: one run to the end of the log; prints each appended
-/// message, then the report (or only the report, as JSON).
+/// `outbox fanout catch-up`: one run to the end of the log (no settle time: the
+/// operator asks for everything now); prints each appended message, then the report
+/// (or only the report, as JSON).
 pub async fn run_once(args: CatchUpArgs) -> Result<()> {
     let log = ledger_log(
         &args.ledger_url,
@@ -90,6 +91,7 @@ pub async fn run_once(args: CatchUpArgs) -> Result<()> {
 pub struct Periodic {
     log: Arc<FormanceLedgerLog>,
     interval: Duration,
+    settle: Duration,
 }
 
 impl Periodic {
@@ -104,6 +106,7 @@ impl Periodic {
         Ok(Some(Self {
             log: ledger_log(url, name, args.ledger_token.as_deref())?,
             interval: Duration::from_secs(args.catch_up_interval_secs),
+            settle: Duration::from_secs(args.catch_up_settle_secs),
         }))
     }
 
@@ -119,7 +122,9 @@ impl Periodic {
             self.log.ledger(),
             self.interval.as_secs()
         );
-        let catch_up = CatchUp::new(store, self.log).with_wakeup(wakeup);
+        let catch_up = CatchUp::new(store, self.log)
+            .with_settle(self.settle)
+            .with_wakeup(wakeup);
         tokio::spawn(catch_up.run_every(self.interval, stopped))
     }
 }

@@ -12,11 +12,17 @@
 //! The checkpoint is a fan-out store cursor named `ledger-log:<ledger>`. It moves only
 //! forward, and only after the appends of the entries it passes are durable; a crash
 //! re-reads at most one page, whose appends are then duplicates.
+//!
+//! A settle time ([`CatchUp::with_settle`]) leaves the newest entries to their
+//! webhooks, which are normally a few milliseconds behind the log: the periodic run
+//! then fills only real gaps, and messages keep the trace context their webhook
+//! carries.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
 use super::{FanoutMessage, FanoutStore};
@@ -31,6 +37,8 @@ pub const DEFAULT_CATCH_UP_PAGE: usize = 100;
 pub struct LedgerLogEntry {
     /// The entry's id in the ledger's log: ascending in commit order.
     pub id: u64,
+    /// When the ledger wrote it.
+    pub date: DateTime<Utc>,
     /// A new transaction with outbox metadata → committed; a revert → reverted; the
     /// relay's rejection notice → rejected; anything else → none.
     pub messages: Vec<FanoutMessage>,
@@ -70,6 +78,9 @@ pub struct CatchUpReport {
     pub duplicates: u64,
     /// The checkpoint after the run.
     pub checkpoint: u64,
+    /// The run stopped at an entry younger than the settle time, left to its webhook
+    /// (and to the next run).
+    pub settling: bool,
 }
 
 /// Reads a [`LedgerLogSource`] after the checkpoint and appends what is missing.
@@ -77,6 +88,7 @@ pub struct CatchUp {
     store: Arc<dyn FanoutStore>,
     log: Arc<dyn LedgerLogSource>,
     page_size: usize,
+    settle: Duration,
     wakeup: Option<Wakeup>,
 }
 
@@ -85,6 +97,7 @@ impl std::fmt::Debug for CatchUp {
         f.debug_struct("CatchUp")
             .field("ledger", &self.log.ledger())
             .field("page_size", &self.page_size)
+            .field("settle", &self.settle)
             .finish_non_exhaustive()
     }
 }
@@ -95,8 +108,17 @@ impl CatchUp {
             store,
             log,
             page_size: DEFAULT_CATCH_UP_PAGE,
+            settle: Duration::ZERO,
             wakeup: None,
         }
+    }
+
+    /// Leaves entries younger than `settle` (by the ledger's date) for a later run:
+    /// their webhooks are probably on the way. Zero (the default) reads to the end.
+    #[must_use]
+    pub fn with_settle(mut self, settle: Duration) -> Self {
+        self.settle = settle;
+        self
     }
 
     /// Entries read per page (at least 1).
@@ -153,6 +175,10 @@ impl CatchUp {
             checkpoint,
             ..CatchUpReport::default()
         };
+        let settled_before = chrono::Duration::from_std(self.settle)
+            .ok()
+            .and_then(|settle| Utc::now().checked_sub_signed(settle))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
         loop {
             let page = self.log.read_after(report.through, self.page_size).await?;
             if page.is_empty() {
@@ -160,6 +186,10 @@ impl CatchUp {
             }
             let mut stored = 0;
             for entry in &page {
+                if !self.settle.is_zero() && entry.date > settled_before {
+                    report.settling = true;
+                    break;
+                }
                 if entry.id <= report.through {
                     return Err(Error::new(
                         ErrorKind::Internal,
@@ -183,6 +213,9 @@ impl CatchUp {
                 && let Some(wakeup) = &self.wakeup
             {
                 wakeup.notify();
+            }
+            if report.settling {
+                return Ok(report);
             }
         }
     }

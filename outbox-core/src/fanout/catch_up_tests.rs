@@ -110,10 +110,15 @@ struct ScriptedLog {
 }
 
 impl ScriptedLog {
+    /// An entry written an hour ago.
     fn push(&self, messages: Vec<FanoutMessage>) -> u64 {
+        self.push_at(Utc::now() - chrono::Duration::hours(1), messages)
+    }
+
+    fn push_at(&self, date: chrono::DateTime<Utc>, messages: Vec<FanoutMessage>) -> u64 {
         let mut entries = self.entries.lock().unwrap();
         let id = entries.len() as u64 + 1;
-        entries.push(LedgerLogEntry { id, messages });
+        entries.push(LedgerLogEntry { id, date, messages });
         id
     }
 }
@@ -204,6 +209,7 @@ async fn fills_the_gap_the_webhooks_left_and_moves_the_checkpoint() {
             appended: 2,
             duplicates: 1,
             checkpoint: 5,
+            settling: false,
         }
     );
     assert_eq!(
@@ -347,12 +353,53 @@ async fn a_source_answering_out_of_order_is_an_error_and_moves_nothing() {
     run(&catch_up, None).await;
     *log.rogue_page.lock().unwrap() = Some(vec![LedgerLogEntry {
         id: 1,
+        date: Utc::now() - chrono::Duration::hours(1),
         messages: Vec::new(),
     }]);
     let err = catch_up.run_once(None, &mut |_, _| {}).await.unwrap_err();
     assert_eq!(err.kind(), &ErrorKind::Internal, "{err}");
     assert!(err.to_string().contains("out of order"), "{err}");
     assert_eq!(store.cursor("ledger-log:payouts"), 2);
+}
+
+#[tokio::test]
+async fn entries_younger_than_the_settle_time_are_left_to_their_webhooks() {
+    let (store, log, catch_up) = setup();
+    let catch_up = catch_up.with_settle(Duration::from_secs(60));
+    log.push(vec![committed("merchants:1", 1, 1)]);
+    log.push(vec![committed("merchants:1", 2, 2)]);
+    log.push(Vec::new());
+    log.push_at(Utc::now(), vec![committed("merchants:1", 3, 3)]);
+    log.push_at(Utc::now(), vec![committed("merchants:1", 4, 4)]);
+    let (report, seen) = run(&catch_up, None).await;
+    assert_eq!(
+        (
+            report.through,
+            report.appended,
+            report.checkpoint,
+            report.settling
+        ),
+        (3, 2, 3, true)
+    );
+    assert_eq!(seen.len(), 2);
+    assert_eq!(store.cursor("ledger-log:payouts"), 3);
+    // Its webhook came meanwhile; once settled, catch-up finds it already stored.
+    store
+        .append("webhook-3", &[committed("merchants:1", 3, 3)])
+        .await
+        .unwrap();
+    let immediate = CatchUp::new(store.clone(), log.clone());
+    let (report, seen) = run(&immediate, None).await;
+    assert_eq!(
+        (
+            report.after,
+            report.appended,
+            report.duplicates,
+            report.settling
+        ),
+        (3, 1, 1, false)
+    );
+    assert_eq!(seen, [(5, "payouts:tx:4:committed".to_owned())]);
 }
 
 #[tokio::test]
