@@ -49,7 +49,7 @@ pub enum Command {
     /// Hop 2: receive the ledger's signed webhooks, store them durably, and publish
     /// them to every `--to` destination in per-account order.
     #[cfg(feature = "http")]
-    Fanout(FanoutArgs),
+    Fanout(Box<FanoutCli>),
     /// Hop 2 reference consumer: apply the events from one transport to a treasury
     /// table through an inbox (exactly once in effect, per-account order).
     Consume(ConsumeArgs),
@@ -129,6 +129,46 @@ pub struct RelayArgs {
     pub repartition: bool,
 }
 
+/// `outbox fanout`: the intake and the loops, or one of its subcommands.
+#[derive(Debug, Clone, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct FanoutCli {
+    #[command(subcommand)]
+    pub command: Option<FanoutCommand>,
+    /// Present when no subcommand is given (clap then requires its arguments).
+    #[command(flatten)]
+    pub run: Option<FanoutArgs>,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum FanoutCommand {
+    /// Read the ledger's log once, append to the fan-out store what the webhooks never
+    /// brought, print what was appended, and exit.
+    CatchUp(CatchUpArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct CatchUpArgs {
+    /// The fan-out store: sqlite://PATH or postgres://…[?schema=NAME]
+    #[arg(long, env = "OUTBOX_DATABASE")]
+    pub database: String,
+    /// Formance API root without /v2, e.g. http://127.0.0.1:3068
+    #[arg(long, env = "OUTBOX_LEDGER_URL")]
+    pub ledger_url: String,
+    #[arg(long, env = "OUTBOX_LEDGER_NAME")]
+    pub ledger_name: String,
+    /// Bearer token for the ledger API, if it needs one.
+    #[arg(long, env = "OUTBOX_LEDGER_TOKEN", hide_env_values = true)]
+    pub ledger_token: Option<String>,
+    /// Rescan from this log id (inclusive) instead of the checkpoint; the checkpoint
+    /// never moves backwards.
+    #[arg(long)]
+    pub since: Option<u64>,
+    /// Print only the report, as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct FanoutArgs {
     /// Where the ledger POSTs its webhooks (path /webhooks/ledger).
@@ -140,6 +180,10 @@ pub struct FanoutArgs {
     /// The ledger's webhook secret (verifies formance-webhook-signature).
     #[arg(long, env = "OUTBOX_WEBHOOK_SECRET", hide_env_values = true)]
     pub secret: String,
+    /// During a secret rotation, the secret being replaced: deliveries signed with it
+    /// are accepted too. Remove it once the ledger signs with --secret only.
+    #[arg(long, env = "OUTBOX_WEBHOOK_PREVIOUS_SECRET", hide_env_values = true)]
+    pub previous_secret: Option<String>,
     /// Oldest signature timestamp accepted, in seconds.
     #[arg(long, default_value_t = 300)]
     pub tolerance_secs: u64,
@@ -161,6 +205,22 @@ pub struct FanoutArgs {
     /// Longest idle wait between polls of the store, in milliseconds.
     #[arg(long, default_value_t = 500)]
     pub poll_interval_ms: u64,
+    /// Catch up from this ledger's log (Formance API root without /v2): at start and
+    /// every --catch-up-interval-secs, append what the webhooks never brought.
+    #[arg(long, env = "OUTBOX_LEDGER_URL", requires = "ledger_name")]
+    pub ledger_url: Option<String>,
+    #[arg(long, env = "OUTBOX_LEDGER_NAME")]
+    pub ledger_name: Option<String>,
+    /// Bearer token for the ledger API, if it needs one.
+    #[arg(long, env = "OUTBOX_LEDGER_TOKEN", hide_env_values = true)]
+    pub ledger_token: Option<String>,
+    /// With --ledger-url: seconds between two catch-ups.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub catch_up_interval_secs: u64,
+    /// With --ledger-url: log entries younger than this many seconds are left to their
+    /// webhooks (normally a moment behind the log) until a later catch-up.
+    #[arg(long, default_value_t = 10)]
+    pub catch_up_settle_secs: u64,
 }
 
 #[derive(Debug, Clone, clap::Args)]

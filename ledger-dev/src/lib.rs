@@ -12,6 +12,8 @@ mod events;
 mod faults;
 mod idempotency;
 mod log;
+mod log_hash;
+mod logs;
 mod model;
 mod numscript;
 mod persistence;

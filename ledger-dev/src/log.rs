@@ -8,6 +8,7 @@ use outbox_core::Metadata;
 use serde::{Deserialize, Serialize};
 
 use crate::clock;
+use crate::log_hash::{self, LogHash};
 use crate::model::{Target, Transaction};
 
 /// One entry of a ledger's log.
@@ -50,6 +51,21 @@ pub(crate) enum LogData {
         target: Target,
         key: String,
     },
+}
+
+/// A log entry as `GET /logs` serves it: with its place in the hash chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ChainedLog {
+    pub(crate) log: Log,
+    pub(crate) hash: LogHash,
+}
+
+impl ChainedLog {
+    /// Chains `log` after `previous` (`None` for the ledger's first log).
+    pub(crate) fn after(previous: Option<&ChainedLog>, log: Log) -> Self {
+        let hash = log_hash::chain(previous.map(|p| &p.hash), &log);
+        Self { log, hash }
+    }
 }
 
 impl LogData {

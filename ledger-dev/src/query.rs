@@ -1,5 +1,6 @@
 //! The filter language of list and aggregate endpoints (go-libs `query`), the
-//! subset we use: `$match`, `$exists`, `$and`, `$or`, `$not`.
+//! subset we use: `$match`, `$exists`, `$and`, `$or`, `$not`, and on logs also
+//! `$lt`, `$lte`, `$gt`, `$gte` (on `id` and `date`).
 //!
 //! Address patterns (FORMANCE.md §6): an empty segment matches any one segment with
 //! the segment count fixed (`merchants::available`), and a trailing `...` matches
@@ -8,7 +9,11 @@
 
 use serde_json::{Map, Value};
 
+use std::cmp::Ordering;
+
+use crate::clock;
 use crate::errors::ApiError;
+use crate::log::ChainedLog;
 use crate::model::Transaction;
 use crate::state::AccountState;
 
@@ -17,6 +22,7 @@ use crate::state::AccountState;
 pub(crate) enum Resource {
     Accounts,
     Transactions,
+    Logs,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -31,12 +37,48 @@ enum Field {
     Id,
     Reverted,
     Metadata(String),
+    /// Logs: the log type (`NEW_TRANSACTION`…).
+    LogType,
+    /// Logs: when the log was written.
+    Date,
+}
+
+/// A comparison operator (`$lt`…), on logs only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Lt,
+    Lte,
+    Gt,
+    Gte,
+}
+
+impl Op {
+    fn parse(operator: &str) -> Option<Self> {
+        Some(match operator {
+            "$lt" => Self::Lt,
+            "$lte" => Self::Lte,
+            "$gt" => Self::Gt,
+            "$gte" => Self::Gte,
+            _ => return None,
+        })
+    }
+
+    /// Whether `actual` compares to the filter's value as the operator asks.
+    fn holds(self, actual: Ordering) -> bool {
+        match self {
+            Self::Lt => actual == Ordering::Less,
+            Self::Lte => actual != Ordering::Greater,
+            Self::Gt => actual == Ordering::Greater,
+            Self::Gte => actual != Ordering::Less,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
 enum Filter {
     All,
     Match(Field, Value),
+    Compare(Field, Op, Value),
     /// `{"$exists": {"metadata": "key"}}`
     MetadataExists(String),
     And(Vec<Filter>),
@@ -74,6 +116,7 @@ impl Query {
                 _ => false,
             },
             &|key| account.metadata.contains_key(key),
+            &|_, _, _| false,
         )
     }
 
@@ -99,9 +142,31 @@ impl Query {
                         source || destination
                     })
                 }
-                Field::Address => false,
+                Field::Address | Field::LogType | Field::Date => false,
             },
             &|key| tx.metadata.contains_key(key),
+            &|_, _, _| false,
+        )
+    }
+
+    pub(crate) fn matches_log(&self, entry: &ChainedLog) -> bool {
+        let log = &entry.log;
+        let ordering = |field: &Field, value: &Value| match field {
+            Field::Id => value.as_u64().map(|v| log.id.cmp(&v)),
+            Field::Date => value
+                .as_str()
+                .and_then(|text| clock::parse(text).ok())
+                .map(|at| log.date.cmp(&at)),
+            _ => None,
+        };
+        eval(
+            &self.filter,
+            &|field, value| match field {
+                Field::LogType => value.as_str() == Some(log.data.type_name()),
+                _ => ordering(field, value) == Some(Ordering::Equal),
+            },
+            &|_| false,
+            &|field, op, value| ordering(field, value).is_some_and(|o| op.holds(o)),
         )
     }
 }
@@ -110,14 +175,16 @@ fn eval(
     filter: &Filter,
     field: &dyn Fn(&Field, &Value) -> bool,
     exists: &dyn Fn(&str) -> bool,
+    compare: &dyn Fn(&Field, Op, &Value) -> bool,
 ) -> bool {
     match filter {
         Filter::All => true,
         Filter::Match(f, v) => field(f, v),
+        Filter::Compare(f, op, v) => compare(f, *op, v),
         Filter::MetadataExists(key) => exists(key),
-        Filter::And(items) => items.iter().all(|f| eval(f, field, exists)),
-        Filter::Or(items) => items.iter().any(|f| eval(f, field, exists)),
-        Filter::Not(inner) => !eval(inner, field, exists),
+        Filter::And(items) => items.iter().all(|f| eval(f, field, exists, compare)),
+        Filter::Or(items) => items.iter().any(|f| eval(f, field, exists, compare)),
+        Filter::Not(inner) => !eval(inner, field, exists, compare),
     }
 }
 
@@ -166,6 +233,7 @@ fn parse_filter(resource: Resource, value: &Value) -> Result<Filter, ApiError> {
             let type_ok = match field {
                 Field::Id => expected.is_u64(),
                 Field::Reverted => expected.is_boolean(),
+                Field::Date => is_date(&expected),
                 _ => expected.is_string(),
             };
             if !type_ok {
@@ -175,7 +243,32 @@ fn parse_filter(resource: Resource, value: &Value) -> Result<Filter, ApiError> {
             }
             Ok(Filter::Match(field, expected))
         }
-        "$exists" => {
+        operator if resource == Resource::Logs && Op::parse(operator).is_some() => {
+            let op = Op::parse(operator).expect("checked by the guard");
+            let Value::Object(fields) = argument else {
+                return Err(invalid(format!(
+                    "{operator} takes an object {{field: value}}"
+                )));
+            };
+            let (name, expected) = single(&fields, operator)?;
+            let field = parse_field(resource, &name)?;
+            let type_ok = match field {
+                Field::Id => expected.is_u64(),
+                Field::Date => is_date(&expected),
+                _ => {
+                    return Err(invalid(format!(
+                        "{operator} compares id or date, not {name}"
+                    )));
+                }
+            };
+            if !type_ok {
+                return Err(invalid(format!(
+                    "{expected} is not a valid value for {name}"
+                )));
+            }
+            Ok(Filter::Compare(field, op, expected))
+        }
+        "$exists" if resource != Resource::Logs => {
             let Value::Object(fields) = argument else {
                 return Err(invalid("$exists takes an object {\"metadata\": \"key\"}"));
             };
@@ -186,16 +279,27 @@ fn parse_filter(resource: Resource, value: &Value) -> Result<Filter, ApiError> {
                 ))),
             }
         }
+        other if resource == Resource::Logs => Err(invalid(format!(
+            "operator {other} is not supported on logs by the dev ledger ($match, $lt, $lte, $gt, $gte, $and, $or, $not are)"
+        ))),
         other => Err(invalid(format!(
             "operator {other} is not supported by the dev ledger ($match, $exists, $and, $or, $not are)"
         ))),
     }
 }
 
+/// An RFC 3339 date, as date filters take it.
+fn is_date(value: &Value) -> bool {
+    value
+        .as_str()
+        .is_some_and(|text| clock::parse(text).is_ok())
+}
+
 fn parse_field(resource: Resource, name: &str) -> Result<Field, ApiError> {
     if let Some(key) = name
         .strip_prefix("metadata[")
         .and_then(|k| k.strip_suffix(']'))
+        && resource != Resource::Logs
     {
         return Ok(Field::Metadata(key.to_owned()));
     }
@@ -207,12 +311,16 @@ fn parse_field(resource: Resource, name: &str) -> Result<Field, ApiError> {
         (Resource::Transactions, "reference") => Field::Reference,
         (Resource::Transactions, "id") => Field::Id,
         (Resource::Transactions, "reverted") => Field::Reverted,
+        (Resource::Logs, "id") => Field::Id,
+        (Resource::Logs, "type") => Field::LogType,
+        (Resource::Logs, "date") => Field::Date,
         _ => {
             let supported = match resource {
                 Resource::Accounts => "address, metadata[key]",
                 Resource::Transactions => {
                     "account, source, destination, reference, id, reverted, metadata[key]"
                 }
+                Resource::Logs => "id, type, date",
             };
             return Err(invalid(format!(
                 "unknown field {name:?} (supported: {supported})"

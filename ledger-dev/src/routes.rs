@@ -23,6 +23,7 @@ use crate::engine::Engine;
 use crate::errors::ApiError;
 use crate::faults::{self, FaultInjector, FaultLayer, FaultPlan};
 use crate::log::LogData;
+use crate::logs;
 use crate::model::Target;
 use crate::query::{Query as Filter, Resource};
 use crate::reads::{self, Cursor, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
@@ -75,6 +76,7 @@ pub(crate) fn router(state: AppState, fault_layer: FaultLayer) -> Router {
             faulty(axum::routing::delete(delete_account_metadata)),
         )
         .route("/v2/{ledger}/aggregate/balances", get(aggregate_balances))
+        .route("/v2/{ledger}/logs", get(list_logs))
         .route("/v2/{ledger}/_bulk", faulty(post(bulk_handler)))
         .fallback(|| async { ApiError::not_found("no such route on the dev ledger") })
         .with_state(state)
@@ -331,28 +333,72 @@ async fn list_transactions(
     respond(
         run(&state, move |engine| {
             engine.require_ledger(&ledger)?;
-            let (page_size, before, document) = match param(&params, "cursor") {
-                Some(text) => {
-                    let cursor = Cursor::decode(text)?;
-                    (cursor.page_size, Some(cursor.before), cursor.query)
-                }
-                None => {
-                    let page_size = match param(&params, "pageSize") {
-                        None => DEFAULT_PAGE_SIZE,
-                        Some(text) => text
-                            .parse::<u64>()
-                            .map_err(|_| ApiError::validation("invalid 'pageSize' query param"))?,
-                    };
-                    let page_size = match page_size {
-                        0 => DEFAULT_PAGE_SIZE,
-                        n => n.min(MAX_PAGE_SIZE),
-                    };
-                    (page_size, None, filter_document(&params, &body)?)
-                }
-            };
+            let (page_size, before, document) = page_request(&params, &body)?;
             let query = Filter::parse(Resource::Transactions, &document)?;
             engine.read(&ledger, |s| {
                 reads::transactions(s, &query, &document, page_size, before)
+            })
+        })
+        .await
+        .map(|page| json(StatusCode::OK, &CursorBody { cursor: page })),
+    )
+}
+
+/// What a list request asks for: the page size, where to continue (ids below
+/// `before`) and the filter document. A `cursor` carries all three; otherwise they
+/// come from `pageSize` (default 15, capped at 100) and the filter (`?query=` or body).
+fn page_request(
+    params: &[(String, String)],
+    body: &[u8],
+) -> Result<(u64, Option<u64>, Value), ApiError> {
+    if let Some(text) = param(params, "cursor") {
+        let cursor = Cursor::decode(text)?;
+        return Ok((cursor.page_size, Some(cursor.before), cursor.query));
+    }
+    let page_size = match param(params, "pageSize") {
+        None => DEFAULT_PAGE_SIZE,
+        Some(text) => text
+            .parse::<u64>()
+            .map_err(|_| ApiError::validation("invalid 'pageSize' query param"))?,
+    };
+    let page_size = match page_size {
+        0 => DEFAULT_PAGE_SIZE,
+        n => n.min(MAX_PAGE_SIZE),
+    };
+    Ok((page_size, None, filter_document(params, body)?))
+}
+
+/// `GET /v2/{ledger}/logs`: newest first (`sort=id:desc` is the only order), no `pit`.
+async fn list_logs(
+    State(state): State<AppState>,
+    Path(ledger): Path<String>,
+    Query(params): Params,
+    body: Bytes,
+) -> Response {
+    #[derive(Serialize)]
+    struct CursorBody<T> {
+        cursor: T,
+    }
+    respond(
+        run(&state, move |engine| {
+            engine.require_ledger(&ledger)?;
+            if let Some(sort) = param(&params, "sort")
+                && sort != "id:desc"
+                && sort != "id"
+            {
+                return Err(ApiError::validation(format!(
+                    "invalid 'sort' query param {sort:?}: the dev ledger lists logs by id, newest first (id:desc)"
+                )));
+            }
+            if param(&params, "pit").is_some() {
+                return Err(ApiError::validation(
+                    "the 'pit' query param is not supported on logs by the dev ledger",
+                ));
+            }
+            let (page_size, before, document) = page_request(&params, &body)?;
+            let query = Filter::parse(Resource::Logs, &document)?;
+            engine.read(&ledger, |s| {
+                logs::page(s, &query, &document, page_size, before)
             })
         })
         .await

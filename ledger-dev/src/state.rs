@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock;
 use crate::idempotency::IdempotencyRecord;
-use crate::log::{Log, LogData};
+use crate::log::{ChainedLog, Log, LogData};
 use crate::model::{AccountVolumes, Target, Transaction, Volumes};
 
 /// A ledger as created by `POST /v2/{ledger}`.
@@ -72,6 +72,8 @@ pub(crate) struct LedgerState {
     pub(crate) references: HashMap<String, u64>,
     pub(crate) idempotency: HashMap<String, IdempotencyRecord>,
     pub(crate) last_log_id: u64,
+    /// Every log entry, oldest first, with its hash (`GET /logs`).
+    pub(crate) logs: Vec<ChainedLog>,
 }
 
 impl LedgerState {
@@ -83,6 +85,7 @@ impl LedgerState {
             references: HashMap::new(),
             idempotency: HashMap::new(),
             last_log_id: 0,
+            logs: Vec::new(),
         }
     }
 
@@ -156,6 +159,8 @@ impl LedgerState {
     /// it cannot fail.
     pub(crate) fn apply(&mut self, log: &Log) {
         self.last_log_id = self.last_log_id.max(log.id);
+        let chained = ChainedLog::after(self.logs.last(), log.clone());
+        self.logs.push(chained);
         if let (Some(key), Some(hash)) = (&log.idempotency_key, &log.idempotency_hash) {
             self.idempotency.insert(
                 key.clone(),

@@ -76,7 +76,7 @@ impl<'a> Request<'a> {
     /// A GET carrying a Formance filter both as `?query=` and as the JSON body:
     /// upstream reads the parameter first and falls back to the body, and stand-ins
     /// may implement only one of the two.
-    fn get_filtered(mut url: Url, filter: Option<&'a str>) -> Self {
+    pub(crate) fn get_filtered(mut url: Url, filter: Option<&'a str>) -> Self {
         if let Some(filter) = filter {
             url.query_pairs_mut().append_pair("query", filter);
         }

@@ -289,6 +289,9 @@ impl fmt::Debug for OAuth2Config {
 pub struct WebhookConfig {
     /// The webhook config's secret, used as-is (its text bytes are the HMAC key).
     pub secret: Secret,
+    /// The secret being rotated out, also accepted until it is removed.
+    #[serde(default)]
+    pub previous_secret: Option<Secret>,
     /// Largest accepted distance between `formance-webhook-timestamp` and now, either way.
     #[serde(default = "default_webhook_tolerance_secs")]
     pub tolerance_secs: u64,
@@ -302,10 +305,12 @@ impl fmt::Debug for WebhookConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let Self {
             secret: _,
+            previous_secret,
             tolerance_secs,
         } = self;
         f.debug_struct("WebhookConfig")
             .field("secret", &"***")
+            .field("previous_secret", &previous_secret.as_ref().map(|_| "***"))
             .field("tolerance_secs", tolerance_secs)
             .finish()
     }
@@ -426,6 +431,7 @@ mod tests {
         assert!(!printed.contains("hunter2"), "{printed}");
         let webhook = WebhookConfig {
             secret: Secret::new("hunter2-webhook"),
+            previous_secret: Some(Secret::new("hunter2-previous")),
             tolerance_secs: 300,
         };
         assert!(!format!("{webhook:?}").contains("hunter2"));

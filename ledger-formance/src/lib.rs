@@ -6,6 +6,7 @@ mod client;
 mod config;
 mod error;
 pub mod http_answer;
+mod logs;
 mod webhook;
 mod wire;
 
@@ -15,6 +16,7 @@ pub use config::{
     DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_WEBHOOK_TOLERANCE_SECS, FormanceConfig, OAuth2Config,
     Secret, WebhookConfig,
 };
+pub use logs::{LedgerLog, MAX_LOG_PAGE};
 pub use webhook::{
     DEFAULT_TOLERANCE, VerifiedWebhook, WEBHOOK_ID_HEADER, WEBHOOK_SIGNATURE_HEADER,
     WEBHOOK_TIMESTAMP_HEADER, WebhookHeaders, WebhookVerifier, sign,

@@ -34,9 +34,14 @@ const SCHEME: &str = "v1,";
 type HmacSha256 = Hmac<Sha256>;
 
 /// Checks the signature and age of Formance webhook deliveries.
+///
+/// It may know a second, previous secret while a rotation is under way: a delivery
+/// signed with either passes, so deliveries signed (or retried) with the old secret
+/// are not lost while the ledger's webhook config switches to the new one.
 #[derive(Clone)]
 pub struct WebhookVerifier {
     secret: Secret,
+    previous: Option<Secret>,
     tolerance: Duration,
 }
 
@@ -73,15 +78,37 @@ impl WebhookVerifier {
         }
         Ok(Self {
             secret,
+            previous: None,
             tolerance: DEFAULT_TOLERANCE,
         })
     }
 
+    /// Also accepts deliveries signed with `previous`, the secret being rotated out.
+    ///
     /// # Errors
-    /// As [`WebhookVerifier::new`].
+    /// [`ErrorKind::Config`] naming `previous_secret` when it is empty.
+    pub fn with_previous_secret(mut self, previous: impl Into<Secret>) -> Result<Self> {
+        let previous = previous.into();
+        if previous.is_empty() {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "the previous webhook secret must not be empty",
+            )
+            .with("field", "previous_secret"));
+        }
+        self.previous = Some(previous);
+        Ok(self)
+    }
+
+    /// # Errors
+    /// As [`WebhookVerifier::new`] and [`WebhookVerifier::with_previous_secret`].
     pub fn from_config(config: &WebhookConfig) -> Result<Self> {
-        Ok(Self::new(config.secret.clone())?
-            .with_tolerance(Duration::from_secs(config.tolerance_secs)))
+        let verifier = Self::new(config.secret.clone())?
+            .with_tolerance(Duration::from_secs(config.tolerance_secs));
+        match &config.previous_secret {
+            Some(previous) => verifier.with_previous_secret(previous.clone()),
+            None => Ok(verifier),
+        }
     }
 
     #[must_use]
@@ -158,7 +185,10 @@ impl WebhookVerifier {
         }
 
         // The timestamp is signed as sent, not as re-formatted from its parsed value.
-        let expected = tag(self.secret.expose(), id, timestamp_text, body);
+        let expected: Vec<[u8; 32]> = std::iter::once(&self.secret)
+            .chain(&self.previous)
+            .map(|secret| tag(secret.expose(), id, timestamp_text, body))
+            .collect();
         let mut candidates = signature
             .split_ascii_whitespace()
             .filter_map(|entry| entry.strip_prefix(SCHEME))
@@ -166,17 +196,19 @@ impl WebhookVerifier {
         if candidates.peek().is_none() {
             return Err(Error::invalid(WEBHOOK_SIGNATURE_HEADER, "no v1 signature"));
         }
-        // Every candidate is compared, in constant time, so timing tells nothing
-        // about which entry or how many bytes matched.
+        // Every candidate is compared with every secret's tag, in constant time, so
+        // timing tells nothing about which entry, which secret or how many bytes matched.
         let matched = candidates.fold(false, |matched, candidate| {
             let decoded = STANDARD.decode(candidate).unwrap_or_default();
-            let equal: bool = decoded.as_slice().ct_eq(expected.as_slice()).into();
-            matched | equal
+            expected.iter().fold(matched, |matched, tag| {
+                let equal: bool = decoded.as_slice().ct_eq(tag.as_slice()).into();
+                matched | equal
+            })
         });
         if !matched {
             return Err(Error::invalid(
                 WEBHOOK_SIGNATURE_HEADER,
-                "no v1 signature matches the body (wrong secret, or the body was altered)",
+                "no v1 signature matches the body (unknown secret, or the body was altered)",
             ));
         }
         Ok(VerifiedWebhook {
@@ -190,6 +222,7 @@ impl fmt::Debug for WebhookVerifier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WebhookVerifier")
             .field("secret", &"***")
+            .field("previous_secret", &self.previous.as_ref().map(|_| "***"))
             .field("tolerance", &self.tolerance)
             .finish()
     }

@@ -207,3 +207,63 @@ fn parts_api_and_config_behave_like_the_header_map() {
     let err = verifier.verify_parts(parts, BODY, late).unwrap_err();
     assert_eq!(err.field(), Some(WEBHOOK_TIMESTAMP_HEADER));
 }
+
+/// During a secret rotation the receiver knows two secrets: a delivery signed with
+/// either passes, as does one whose header carries signatures by both; any other
+/// secret is refused, and an empty previous secret is a configuration error.
+#[test]
+fn either_of_two_secrets_passes_during_a_rotation() {
+    let rotating = WebhookVerifier::new(SECRET)
+        .unwrap()
+        .with_previous_secret(OTHER_SECRET)
+        .unwrap();
+    rotating
+        .verify(&delivery(SECRET), BODY, signed_at())
+        .unwrap();
+    rotating
+        .verify(&delivery(OTHER_SECRET), BODY, signed_at())
+        .unwrap();
+    let ts = signed_at().timestamp();
+    let both = format!(
+        "{} {}",
+        sign(OTHER_SECRET, ID, ts, BODY),
+        sign(SECRET, ID, ts, BODY)
+    );
+    rotating
+        .verify(&headers(ID, ts, &both), BODY, signed_at())
+        .unwrap();
+
+    let unknown = "dW5rbm93bi1zZWNyZXQtMjQtYnl0ZXMtMQ==";
+    let err = rotating
+        .verify(&delivery(unknown), BODY, signed_at())
+        .unwrap_err();
+    assert_eq!(err.field(), Some(WEBHOOK_SIGNATURE_HEADER), "{err}");
+    // The old secret alone no longer passes once the rotation is over.
+    let err = verifier()
+        .verify(&delivery(OTHER_SECRET), BODY, signed_at())
+        .unwrap_err();
+    assert_eq!(err.field(), Some(WEBHOOK_SIGNATURE_HEADER), "{err}");
+    // The tolerance applies whichever secret signed.
+    let late = signed_at() + chrono::Duration::seconds(301);
+    let err = rotating
+        .verify(&delivery(OTHER_SECRET), BODY, late)
+        .unwrap_err();
+    assert_eq!(err.field(), Some(WEBHOOK_TIMESTAMP_HEADER), "{err}");
+
+    let err = WebhookVerifier::new(SECRET)
+        .unwrap()
+        .with_previous_secret("")
+        .unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::Config);
+    assert_eq!(err.context("field"), Some("previous_secret"));
+
+    let config: WebhookConfig = serde_json::from_str(&format!(
+        r#"{{"secret":"{SECRET}","previous_secret":"{OTHER_SECRET}"}}"#
+    ))
+    .unwrap();
+    assert!(!format!("{config:?}").contains(OTHER_SECRET));
+    WebhookVerifier::from_config(&config)
+        .unwrap()
+        .verify(&delivery(OTHER_SECRET), BODY, signed_at())
+        .unwrap();
+}

@@ -18,8 +18,9 @@ pub use domain::*;
 pub use error::{Error, ErrorKind, Result, Retry};
 pub use exception::{Exception, ExceptionKind, NewException};
 pub use fanout::{
-    AppendOutcome, FanoutConfig, FanoutLoop, FanoutMessage, FanoutStore, FanoutSummary,
-    MessageSink, Publisher, PublisherCapabilities, StoredMessage, Subscriber,
+    AppendOutcome, CatchUp, CatchUpReport, FanoutConfig, FanoutLoop, FanoutMessage, FanoutStore,
+    FanoutSummary, LedgerLogEntry, LedgerLogSource, MessageSink, Publisher, PublisherCapabilities,
+    StoredMessage, Subscriber,
 };
 pub use inbox::{
     Accepted, Claim, GapAlarm, Handler, HeldGap, HoldResult, Inbox, InboxEngine, InboxMessage,

@@ -12,12 +12,14 @@ use std::time::Duration;
 /// | --- | --- | --- |
 /// | `listen` | `127.0.0.1:8091` | address to bind |
 /// | `secret` | — | the Formance webhook secret (its bytes are the HMAC key) |
+/// | `previous_secret` | none | during a rotation, the secret being replaced: deliveries signed with it are accepted too |
 /// | `tolerance` | 5 min | oldest (or furthest in the future) signature timestamp accepted |
 /// | `max_body_bytes` | 1 MiB | larger deliveries get 413 |
 #[derive(Clone)]
 pub struct ReceiverConfig {
     pub listen: SocketAddr,
     pub secret: String,
+    pub previous_secret: Option<String>,
     pub tolerance: Duration,
     pub max_body_bytes: usize,
 }
@@ -27,6 +29,7 @@ impl ReceiverConfig {
         Self {
             listen,
             secret: secret.into(),
+            previous_secret: None,
             tolerance: Duration::from_secs(300),
             max_body_bytes: 1 << 20,
         }
@@ -38,6 +41,10 @@ impl fmt::Debug for ReceiverConfig {
         f.debug_struct("ReceiverConfig")
             .field("listen", &self.listen)
             .field("secret", &"<redacted>")
+            .field(
+                "previous_secret",
+                &self.previous_secret.as_ref().map(|_| "<redacted>"),
+            )
             .field("tolerance", &self.tolerance)
             .field("max_body_bytes", &self.max_body_bytes)
             .finish()

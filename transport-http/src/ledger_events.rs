@@ -1,19 +1,26 @@
-//! Formance webhook bodies turned into Hop 2 messages.
+//! Formance ledger events turned into Hop 2 messages — from a webhook body
+//! ([`messages_from_webhook`]) or from an entry of the ledger's log
+//! ([`messages_from_log`], what catch-up reads). Both go through the same conversion,
+//! so a message built from a log entry carries byte for byte the payload its webhook
+//! would have carried.
 //!
-//! | webhook `type` | message |
-//! | --- | --- |
-//! | `ledger.committed_transactions` | `Committed` per transaction carrying outbox metadata (`Reverted` if it is a revert) |
-//! | `ledger.reverted_transaction` | `Reverted` for `revertTransaction` |
-//! | `ledger.saved_metadata` on an ACCOUNT with `outbox_rejected_code` | `Rejected` notice |
+//! | webhook `type` | log `type` | message |
+//! | --- | --- | --- |
+//! | `ledger.committed_transactions` | `NEW_TRANSACTION` | `Committed` per transaction carrying outbox metadata (`Reverted` if it is a revert) |
+//! | `ledger.reverted_transaction` | `REVERTED_TRANSACTION` | `Reverted` for the reversing transaction (`revertTransaction` / `transaction`) |
+//! | `ledger.saved_metadata` on an ACCOUNT with `outbox_rejected_code` | `SET_METADATA`, the same | `Rejected` notice |
 //!
 //! The instruction id is the `outbox_event_id` in the ledger metadata. Transactions
 //! without outbox metadata were not posted by an outbox and carry no sequence, so they
 //! are skipped (logged).
 //!
-//! Every message also carries `payload.ledger` (required once the event yields a
-//! message), the ledger transaction id (`id` of the committed or the reverting
-//! transaction; none on a rejection notice, nothing was posted) and the W3C trace
-//! context of the delivery that brought it.
+//! Every message also carries the ledger's name (`payload.ledger` of a webhook,
+//! required once the event yields a message; the log's own ledger), the ledger
+//! transaction id (`id` of the committed or the reverting transaction; none on a
+//! rejection notice, nothing was posted) and the W3C trace context of the delivery
+//! that brought it (none from the log). The payload is the transaction (or the
+//! notice's metadata) as compact JSON with object keys sorted at every level — the
+//! order the Formance webhooks service sends — so both sources give the same bytes.
 
 use axum::http::HeaderMap;
 use outbox_core::fanout::headers::{TRACEPARENT, TRACESTATE};
@@ -67,12 +74,18 @@ impl TraceContext {
 
 /// What every message of one event shares.
 struct Origin<'a> {
+    /// The webhook's `payload`, or the log entry's `data`.
     payload: &'a Value,
+    /// Known for a log entry; a webhook names it in `payload.ledger`.
+    ledger: Option<&'a str>,
     trace: &'a TraceContext,
 }
 
 impl Origin<'_> {
     fn ledger(&self) -> Result<String> {
+        if let Some(ledger) = self.ledger {
+            return Ok(ledger.to_owned());
+        }
         self.payload
             .get("ledger")
             .and_then(Value::as_str)
@@ -94,6 +107,7 @@ pub fn messages_from_webhook(body: &[u8], trace: &TraceContext) -> Result<Vec<Fa
         .map_err(|e| Error::invalid("body", format!("not a Formance webhook event: {e}")))?;
     let origin = Origin {
         payload: &event.payload,
+        ledger: None,
         trace,
     };
     let kind = event.kind.to_ascii_lowercase();
@@ -133,6 +147,42 @@ pub fn messages_from_webhook(body: &[u8], trace: &TraceContext) -> Result<Vec<Fa
     }
 }
 
+/// Parses an entry of ledger `ledger`'s log (`V2Log`: its `type` and `data`) into the
+/// Hop 2 messages its webhook would have carried (possibly none).
+///
+/// # Errors
+/// `InvalidInput` naming the JSON path when `data` is not JSON, a transaction or its
+/// `id` is missing, or its outbox metadata is malformed.
+pub fn messages_from_log(ledger: &str, log_type: &str, data: &[u8]) -> Result<Vec<FanoutMessage>> {
+    let data: Value = serde_json::from_slice(data)
+        .map_err(|e| Error::invalid("data", format!("not a Formance log entry: {e}")))?;
+    let origin = Origin {
+        payload: &data,
+        ledger: Some(ledger),
+        trace: &TraceContext::default(),
+    };
+    let transaction = |kind| {
+        let path = "data.transaction";
+        let tx = data
+            .get("transaction")
+            .ok_or_else(|| Error::invalid(path, "missing"))?;
+        Ok::<_, Error>(
+            transaction_message(&origin, path, tx, kind)?
+                .into_iter()
+                .collect(),
+        )
+    };
+    match log_type {
+        "NEW_TRANSACTION" => transaction(MessageKind::Committed),
+        "REVERTED_TRANSACTION" => transaction(MessageKind::Reverted),
+        "SET_METADATA" => Ok(rejection_notice(&origin)?.into_iter().collect()),
+        other => {
+            tracing::debug!(log_type = other, "ignoring ledger log type");
+            Ok(Vec::new())
+        }
+    }
+}
+
 fn transaction_message(
     origin: &Origin<'_>,
     path: &str,
@@ -157,8 +207,7 @@ fn transaction_message(
         .get("id")
         .and_then(Value::as_u64)
         .ok_or_else(|| Error::invalid(format!("{path}.id"), "missing or not a transaction id"))?;
-    let payload = serde_json::to_vec(tx).map_err(|e| Error::invalid("payload", e.to_string()))?;
-    outbox_message(origin, metadata, kind, Some(ledger_tx_id), payload).map(Some)
+    outbox_message(origin, metadata, kind, Some(ledger_tx_id), sorted_json(tx)).map(Some)
 }
 
 fn rejection_notice(origin: &Origin<'_>) -> Result<Option<FanoutMessage>> {
@@ -173,9 +222,47 @@ fn rejection_notice(origin: &Origin<'_>) -> Result<Option<FanoutMessage>> {
     if !target_type.eq_ignore_ascii_case("ACCOUNT") || !metadata.contains_key(REJECTED_CODE_KEY) {
         return Ok(None);
     }
-    let bytes =
-        serde_json::to_vec(metadata).map_err(|e| Error::invalid("payload", e.to_string()))?;
+    let bytes = sorted_json(&Value::Object(metadata.clone()));
     outbox_message(origin, metadata, MessageKind::Rejected, None, bytes).map(Some)
+}
+
+/// Compact JSON with object keys sorted at every level, whatever order the source
+/// had (a log entry's transaction comes in struct order, a webhook's sorted) and
+/// whatever `serde_json`'s map keeps: the payload bytes consumers get do not depend on
+/// which path brought the event.
+fn sorted_json(value: &Value) -> Vec<u8> {
+    fn write(value: &Value, out: &mut Vec<u8>) {
+        match value {
+            Value::Object(map) => {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                out.push(b'{');
+                for (i, (key, item)) in entries.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    serde_json::to_writer(&mut *out, key).expect("a string serialises");
+                    out.push(b':');
+                    write(item, out);
+                }
+                out.push(b'}');
+            }
+            Value::Array(items) => {
+                out.push(b'[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write(item, out);
+                }
+                out.push(b']');
+            }
+            scalar => serde_json::to_writer(&mut *out, scalar).expect("a scalar serialises"),
+        }
+    }
+    let mut out = Vec::with_capacity(256);
+    write(value, &mut out);
+    out
 }
 
 fn outbox_message(
@@ -342,5 +429,54 @@ mod tests {
             (MessageKind::Reverted, "r", Some(9))
         );
         assert_eq!(messages[0].dedup_key(), "payouts:tx:9:reverted");
+    }
+
+    #[test]
+    fn log_entries_give_the_messages_their_webhooks_give() {
+        let id = "0190f2a0-7b1c-7cc2-8a4e-3f1d2c3b4a59";
+        // The log lists the transaction in struct order, the webhook with sorted keys.
+        let data = format!(
+            r#"{{"transaction":{{"postings":[{{"source":"a","destination":"b","amount":48500000,"asset":"USD/2"}}],"metadata":{},"id":7}},"accountMetadata":{{}}}}"#,
+            outbox_metadata(id)
+        );
+        let from_log = messages_from_log("payouts", "NEW_TRANSACTION", data.as_bytes()).unwrap();
+        let from_webhook = untraced(&committed(&outbox_metadata(id))).unwrap();
+        assert_eq!(from_log, from_webhook);
+        assert_eq!(
+            String::from_utf8(from_log[0].payload.clone()).unwrap(),
+            r#"{"id":7,"metadata":{"outbox_account":"merchants:4471","outbox_event_id":"0190f2a0-7b1c-7cc2-8a4e-3f1d2c3b4a59","outbox_sequence":"2"},"postings":[{"amount":48500000,"asset":"USD/2","destination":"b","source":"a"}]}"#
+        );
+
+        let reverted = br#"{"revertedTransaction":{"id":1,"metadata":{}},"transaction":{"id":9,"metadata":{"outbox_event_id":"r","outbox_account":"merchants:1","outbox_sequence":"4","com.formance.spec/state/reverts":"1"},"postings":[]}}"#;
+        let messages = messages_from_log("payouts", "REVERTED_TRANSACTION", reverted).unwrap();
+        assert_eq!(messages[0].dedup_key(), "payouts:tx:9:reverted");
+
+        let notice = br#"{"targetType":"ACCOUNT","targetId":"merchants:9","metadata":{"outbox_event_id":"e","outbox_account":"merchants:9","outbox_sequence":"3","outbox_rejected_code":"INSUFFICIENT_FUND"}}"#;
+        let messages = messages_from_log("payouts", "SET_METADATA", notice).unwrap();
+        assert_eq!(
+            (messages[0].kind, messages[0].dedup_key().as_str()),
+            (MessageKind::Rejected, "payouts:rejected:e")
+        );
+
+        for (kind, data) in [
+            ("NEW_TRANSACTION", &br#"{"transaction":{"id":3,"metadata":{}},"accountMetadata":{}}"#[..]),
+            ("SET_METADATA", br#"{"targetType":"TRANSACTION","targetId":3,"metadata":{"outbox_rejected_code":"X"}}"#),
+            ("DELETE_METADATA", br#"{"targetType":"ACCOUNT","targetId":"a","key":"k"}"#),
+            ("INSERTED_SCHEMA", br#"{"schema":{}}"#),
+        ] {
+            assert!(messages_from_log("payouts", kind, data).unwrap().is_empty(), "{kind}");
+        }
+        let without_tx =
+            messages_from_log("payouts", "NEW_TRANSACTION", br#"{"accountMetadata":{}}"#);
+        assert_eq!(without_tx.unwrap_err().field(), Some("data.transaction"));
+        let without_id = format!(
+            r#"{{"transaction":{{"metadata":{}}}}}"#,
+            outbox_metadata(id)
+        );
+        let err =
+            messages_from_log("payouts", "NEW_TRANSACTION", without_id.as_bytes()).unwrap_err();
+        assert_eq!(err.field(), Some("data.transaction.id"));
+        let err = messages_from_log("payouts", "NEW_TRANSACTION", b"not json").unwrap_err();
+        assert_eq!(err.field(), Some("data"));
     }
 }

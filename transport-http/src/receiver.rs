@@ -63,12 +63,16 @@ impl RunningReceiver {
 /// Binds and serves the receiver.
 ///
 /// # Errors
-/// `Config` when the secret is empty or the address cannot be bound.
+/// `Config` when a secret is empty or the address cannot be bound.
 pub async fn start_receiver(
     config: ReceiverConfig,
     sink: Arc<dyn MessageSink>,
 ) -> Result<RunningReceiver> {
-    let verifier = WebhookVerifier::new(config.secret.clone())?.with_tolerance(config.tolerance);
+    let mut verifier =
+        WebhookVerifier::new(config.secret.clone())?.with_tolerance(config.tolerance);
+    if let Some(previous) = &config.previous_secret {
+        verifier = verifier.with_previous_secret(previous.clone())?;
+    }
     let state = Arc::new(AppState { verifier, sink });
     let app = Router::new()
         .route(WEBHOOK_PATH, post(receive))

@@ -302,6 +302,104 @@ async fn unsigned_badly_signed_and_stale_deliveries_are_refused_with_nothing_sto
     receiver.shutdown().await;
 }
 
+/// The ledger's secret being rotated out, still accepted while the rotation runs.
+const PREVIOUS_LEDGER_SECRET: &str = "b2xkLXNlY3JldC1vZi0yNC1ieXRlcy0x";
+
+#[tokio::test]
+async fn during_a_secret_rotation_either_secret_is_accepted_and_an_unknown_one_stores_nothing() {
+    let db = Sqlite::open().await;
+    let mut config = ReceiverConfig::new(([127, 0, 0, 1], 0).into(), LEDGER_SECRET);
+    config.previous_secret = Some(PREVIOUS_LEDGER_SECRET.to_owned());
+    let receiver = start_intake(config, db.store.clone(), Some(Wakeup::new()))
+        .await
+        .unwrap();
+    let url = receiver.webhook_url();
+
+    // A delivery signed with an unknown secret is refused before anything is stored.
+    let (status, json) = post_signed(
+        &url,
+        "wh-unknown",
+        now(),
+        "dW5rbm93bi1zZWNyZXQtb2YtMjQtYnl0ZXM=",
+        &payout(),
+        payout(),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        (status, json["field"].as_str()),
+        (401, Some("formance-webhook-signature")),
+        "{json}"
+    );
+    assert_eq!(
+        db.stored().await,
+        [],
+        "a delivery with an unknown secret was stored"
+    );
+    assert!(db.delivery_ids().is_empty());
+
+    // Still signed with the old secret (the ledger's config not switched yet, or a
+    // retry of a delivery first signed before the switch): accepted and stored.
+    let (status, json) = post_signed(
+        &url,
+        "wh-old",
+        now(),
+        PREVIOUS_LEDGER_SECRET,
+        &payout(),
+        payout(),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 204, "{json}");
+    assert_only_the_payout(&db.stored().await);
+
+    // Signed with the new one: accepted too.
+    let second = body(2, "0190f2a0-7b1c-7cc2-8a4e-3f1d2c3b4a5a", 2);
+    let (status, json) = post_signed(
+        &url,
+        "wh-new",
+        now(),
+        LEDGER_SECRET,
+        &second,
+        second.clone(),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 204, "{json}");
+    assert_eq!(db.stored().await.len(), 2);
+    assert_eq!(db.delivery_ids(), ["wh-new", "wh-old"]);
+    receiver.shutdown().await;
+
+    // Once the rotation is over (no previous secret), the old secret is refused.
+    let receiver = start(db.store.clone()).await;
+    let third = body(3, "0190f2a0-7b1c-7cc2-8a4e-3f1d2c3b4a5b", 3);
+    let (status, _) = post_signed(
+        &receiver.webhook_url(),
+        "wh-late",
+        now(),
+        PREVIOUS_LEDGER_SECRET,
+        &third,
+        third.clone(),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 401);
+    assert_eq!(
+        db.stored().await.len(),
+        2,
+        "nothing stored after the refusal"
+    );
+    receiver.shutdown().await;
+
+    // An empty previous secret is a configuration error, not "anyone may sign".
+    let mut config = ReceiverConfig::new(([127, 0, 0, 1], 0).into(), LEDGER_SECRET);
+    config.previous_secret = Some(String::new());
+    let err = start_intake(config, db.store.clone(), None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.context("field"), Some("previous_secret"), "{err}");
+}
+
 #[tokio::test]
 async fn oversized_and_invalid_json_deliveries_are_refused_with_nothing_stored() {
     let db = Sqlite::open().await;

@@ -9,6 +9,7 @@ use crate::cli::FanoutArgs;
 use crate::wiring;
 
 pub async fn run(args: FanoutArgs) -> Result<()> {
+    let catch_up = super::catch_up::Periodic::from_args(&args)?;
     let store = wiring::fanout_store(&args.database).await?;
     let mut publishers = Vec::new();
     for to in &args.to {
@@ -18,6 +19,7 @@ pub async fn run(args: FanoutArgs) -> Result<()> {
     let intake = wiring::start_intake(
         args.listen,
         &args.secret,
+        args.previous_secret.as_deref(),
         Duration::from_secs(args.tolerance_secs),
         store.clone(),
         wakeup.clone(),
@@ -31,6 +33,7 @@ pub async fn run(args: FanoutArgs) -> Result<()> {
         names.join(", ")
     );
     let stopped = stop_on_signal("finishing the publishes in flight");
+    let catch_up = catch_up.map(|c| c.spawn(store.clone(), wakeup.clone(), stopped.clone()));
     let config = FanoutConfig {
         batch_size: args.batch_size,
         pipelined_batch_size: args.pipelined_batch_size,
@@ -48,6 +51,9 @@ pub async fn run(args: FanoutArgs) -> Result<()> {
     let _ = stopped_for_intake.wait_for(|stop| *stop).await;
     // Stop taking webhooks first (the ledger retries them), then let the loops finish.
     intake.shutdown().await;
+    if let Some(task) = catch_up {
+        let _ = task.await;
+    }
     for (name, task) in names.iter().zip(loops) {
         let summary = task.await.map_err(|e| {
             outbox_core::Error::new(

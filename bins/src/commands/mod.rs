@@ -1,5 +1,7 @@
 //! One file per `outbox` command.
 
+#[cfg(feature = "http")]
+mod catch_up;
 mod consume;
 mod enqueue;
 #[cfg(feature = "http")]
@@ -21,7 +23,14 @@ pub async fn run(command: Command) -> outbox_core::Result<()> {
         Command::Enqueue { database, file } => enqueue::run(&database, &file).await,
         Command::Relay(args) => relay::run(args).await,
         #[cfg(feature = "http")]
-        Command::Fanout(args) => fanout::run(args).await,
+        Command::Fanout(fanout) => match (fanout.command, fanout.run) {
+            (Some(crate::cli::FanoutCommand::CatchUp(args)), _) => catch_up::run_once(args).await,
+            (None, Some(args)) => fanout::run(args).await,
+            (None, None) => Err(outbox_core::Error::invalid(
+                "fanout",
+                "give the fan-out's arguments (--database, --secret, --to…) or a subcommand",
+            )),
+        },
         Command::Consume(args) => consume::run(args).await,
         Command::Retention {
             database,

@@ -242,16 +242,19 @@ mod http {
     }
 }
 
-/// Serves the ledger webhook intake over `store`, waking the fan-out loops.
+/// Serves the ledger webhook intake over `store`, waking the fan-out loops;
+/// `previous_secret`, during a rotation, is accepted beside `secret`.
 #[cfg(feature = "http")]
 pub async fn start_intake(
     listen: std::net::SocketAddr,
     secret: &str,
+    previous_secret: Option<&str>,
     tolerance: std::time::Duration,
     store: Arc<dyn outbox_core::FanoutStore>,
     wakeup: outbox_core::Wakeup,
 ) -> Result<outbox_transport_http::RunningReceiver> {
     let mut config = outbox_transport_http::ReceiverConfig::new(listen, secret);
+    config.previous_secret = previous_secret.map(str::to_owned);
     config.tolerance = tolerance;
     outbox_transport_http::start_intake(config, store, Some(wakeup)).await
 }

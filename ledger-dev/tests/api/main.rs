@@ -5,6 +5,7 @@
 mod bulk;
 mod contract_checks;
 mod faults;
+mod logs;
 mod persistence;
 mod queries;
 mod revert_metadata;

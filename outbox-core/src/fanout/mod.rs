@@ -4,9 +4,10 @@
 //!
 //! ```text
 //! ledger ─webhook─▶ intake ─append─▶ FanoutStore ─read_after(cursor per transport)─▶ Publisher
-//!                                                                    Subscriber ─▶ MessageSink (inbox)
+//! ledger log ─CatchUp (what webhooks missed)─▶ ┘        Subscriber ─▶ MessageSink (inbox)
 //! ```
 
+mod catch_up;
 mod config;
 mod engine;
 pub mod headers;
@@ -15,6 +16,9 @@ mod publisher;
 mod store;
 mod subscriber;
 
+pub use catch_up::{
+    CatchUp, CatchUpReport, DEFAULT_CATCH_UP_PAGE, LedgerLogEntry, LedgerLogSource,
+};
 pub use config::{FanoutConfig, FanoutSummary};
 pub use engine::FanoutLoop;
 pub use message::FanoutMessage;
@@ -22,5 +26,7 @@ pub use publisher::{Publisher, PublisherCapabilities};
 pub use store::{AppendOutcome, FanoutStore, StoredMessage};
 pub use subscriber::{MessageSink, Subscriber};
 
+#[cfg(test)]
+mod catch_up_tests;
 #[cfg(test)]
 mod tests;

@@ -6,6 +6,7 @@
 pub mod backend;
 pub mod hop2;
 pub mod postgres;
+pub mod process;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
