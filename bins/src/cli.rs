@@ -49,7 +49,7 @@ pub enum Command {
     /// Hop 2: receive the ledger's signed webhooks, store them durably, and publish
     /// them to every `--to` destination in per-account order.
     #[cfg(feature = "http")]
-    Fanout(FanoutArgs),
+    Fanout(FanoutCli),
     /// Hop 2 reference consumer: apply the events from one transport to a treasury
     /// table through an inbox (exactly once in effect, per-account order).
     Consume(ConsumeArgs),
@@ -124,6 +124,16 @@ pub struct RelayArgs {
     pub partition_check_ms: u64,
 }
 
+/// `outbox fanout`: the daemon ([`FanoutArgs`]), or one of its subcommands.
+#[derive(Debug, Clone, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct FanoutCli {
+    #[command(subcommand)]
+    pub command: Option<FanoutCommand>,
+    #[command(flatten)]
+    pub run: Option<FanoutArgs>,
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct FanoutArgs {
     /// Where the ledger POSTs its webhooks (path /webhooks/ledger).
@@ -156,6 +166,16 @@ pub struct FanoutArgs {
     /// Longest idle wait between polls of the store, in milliseconds.
     #[arg(long, default_value_t = 500)]
     pub poll_interval_ms: u64,
+}
+
+/// `outbox fanout` subcommands (without one, `outbox fanout` runs the daemon).
+#[derive(Debug, Clone, Subcommand)]
+pub enum FanoutCommand {
+    /// List what destinations refused for good and what waits behind it, per account.
+    DeadLetters(crate::commands::fanout_dead_letters::DeadLettersArgs),
+    /// Release an account parked behind a dead letter: the running `outbox fanout`
+    /// re-publishes its dead letters in order, before anything newer of the account.
+    Replay(crate::commands::fanout_replay::ReplayArgs),
 }
 
 #[derive(Debug, Clone, clap::Args)]

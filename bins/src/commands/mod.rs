@@ -4,6 +4,8 @@ mod consume;
 mod enqueue;
 #[cfg(feature = "http")]
 mod fanout;
+pub mod fanout_dead_letters;
+pub mod fanout_replay;
 mod relay;
 mod retention;
 mod signal;
