@@ -48,7 +48,7 @@ async fn concurrent_first_starts_migrate_once() {
     .fetch_all(pool)
     .await
     .unwrap();
-    assert_eq!(applied, vec![(1, true), (2, true), (3, true)]);
+    assert_eq!(applied, vec![(1, true), (2, true), (3, true), (5, true)]);
     let tables: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = 'outbox_sequences'",
     )

@@ -9,134 +9,24 @@
 
 mod common;
 
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::fanout_process::{Fanout, HOP2_SECRET, deliver, webhook_body};
 use common::hop2::Probe;
 use common::postgres::PgOutbox;
 use common::*;
 use outbox_core::{MessageSink, Subscriber};
-use outbox_ledger_formance::sign;
 use outbox_testkit::ProbeConsumer;
 use outbox_transport_http::{HttpSubscriber, SubscriberConfig};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
-const HOP2_SECRET: &str = "hop2-publish-secret";
 /// How long the process may take to notice and exit.
 const EXIT_WITHIN: Duration = Duration::from_secs(30);
 
 /// One committed transaction of `merchants:7001` at `sequence`, as the ledger sends it.
-fn webhook_body(tx: u64, sequence: u64) -> Vec<u8> {
-    format!(
-        r#"{{"idempotency_key":"","date":"2026-10-07T10:00:00.000000Z","app":"ledger","version":"v2","type":"ledger.committed_transactions","payload":{{"accountMetadata":{{}},"ledger":"payouts","transactions":[{{"id":{tx},"metadata":{{"outbox_account":"merchants:7001","outbox_event_id":"0190f2a0-7b1c-7cc2-8a4e-{tx:012}","outbox_sequence":"{sequence}"}},"postings":[{{"amount":100,"asset":"USD/2","destination":"merchants:7001:payouts:pending","source":"merchants:7001:available"}}]}}]}}}}"#
-    )
-    .into_bytes()
-}
-
-/// POSTs a signed webhook to the intake (plain HTTP/1.1 over loopback); the status.
-async fn deliver(intake: &str, id: &str, body: &[u8]) -> u16 {
-    let rest = intake.strip_prefix("http://").expect("http intake");
-    let (authority, path) = rest.split_once('/').expect("a path");
-    let timestamp = chrono::Utc::now().timestamp();
-    let signature = sign(SECRET, id, timestamp, body);
-    let head = format!(
-        "POST /{path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
-         formance-webhook-id: {id}\r\nformance-webhook-timestamp: {timestamp}\r\n\
-         formance-webhook-signature: {signature}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let mut stream = tokio::net::TcpStream::connect(authority)
-        .await
-        .expect("connect to the intake");
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body).await.unwrap();
-    let mut answer = String::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut answer))
-        .await
-        .expect("the intake answers")
-        .unwrap();
-    answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|status| status.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP answer: {answer:?}"))
-}
-
-/// A running `outbox fanout` with its output collected.
-struct Fanout {
-    child: Child,
-    stdout: Arc<Mutex<Vec<String>>>,
-    stderr: Arc<Mutex<Vec<String>>>,
-}
-
-fn collect(stream: impl tokio::io::AsyncRead + Unpin + Send + 'static) -> Arc<Mutex<Vec<String>>> {
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let sink = lines.clone();
-    tokio::spawn(async move {
-        let mut reader = BufReader::new(stream).lines();
-        while let Ok(Some(line)) = reader.next_line().await {
-            sink.lock().unwrap().push(line);
-        }
-    });
-    lines
-}
-
-impl Fanout {
-    async fn start(database: &str, to: &str) -> (Self, String) {
-        let mut child = Command::new(outbox_binary())
-            .args(["fanout", "--listen", "127.0.0.1:0", "--database", database])
-            .args([
-                "--secret",
-                SECRET,
-                "--to",
-                to,
-                "--publish-secret",
-                HOP2_SECRET,
-            ])
-            .args(["--poll-interval-ms", "50"])
-            .env("OUTBOX_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn outbox fanout");
-        let stdout = collect(child.stdout.take().unwrap());
-        let stderr = collect(child.stderr.take().unwrap());
-        let mut fanout = Self {
-            child,
-            stdout,
-            stderr,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let ready = fanout.stdout.lock().unwrap().iter().find_map(|line| {
-                line.strip_prefix("fanout: intake on ")
-                    .and_then(|rest| rest.split_whitespace().next())
-                    .map(str::to_owned)
-            });
-            if let Some(intake) = ready {
-                return (fanout, intake);
-            }
-            if let Some(status) = fanout.child.try_wait().unwrap() {
-                panic!(
-                    "outbox fanout exited ({status}) at start: {:?}",
-                    fanout.stderr()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "outbox fanout never became ready"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().join("\n")
-    }
+fn webhook(tx: u64, sequence: u64) -> Vec<u8> {
+    webhook_body(&[("merchants:7001", tx, sequence)])
 }
 
 /// A signed HTTP receiver on loopback feeding a probe consumer.
@@ -166,7 +56,7 @@ where
 {
     let (probe, destination, _stop_receiver) = receiver().await;
     let (mut fanout, intake) = Fanout::start(database, &destination).await;
-    assert_eq!(deliver(&intake, "wh-1", &webhook_body(1, 1)).await, 204);
+    assert_eq!(deliver(&intake, "wh-1", &webhook(1, 1)).await, 204);
     eventually(
         Duration::from_secs(30),
         "the first message at the receiver",
@@ -176,7 +66,7 @@ where
 
     break_store().await;
     assert_eq!(
-        deliver(&intake, "wh-2", &webhook_body(2, 2)).await,
+        deliver(&intake, "wh-2", &webhook(2, 2)).await,
         204,
         "the intake stores what it gets (appends do not use the cursor table)"
     );
@@ -187,7 +77,7 @@ where
             break status;
         }
         if Instant::now() > deadline {
-            let answer = deliver(&intake, "wh-3", &webhook_body(3, 3)).await;
+            let answer = deliver(&intake, "wh-3", &webhook(3, 3)).await;
             panic!(
                 "outbox fanout still runs {EXIT_WITHIN:?} after its loop lost the cursor \
                  table; its intake still answers {answer}; stderr: {}",

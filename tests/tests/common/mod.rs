@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod fanout_process;
 pub mod hop2;
 pub mod postgres;
 
