@@ -1,8 +1,9 @@
 //! Dead letters through the real binaries: `outbox fanout` publishing to a loopback
 //! consumer that refuses one account's message with 422, `outbox fanout dead-letters`
 //! showing it, `outbox fanout replay` releasing it once the consumer is fixed, and the
-//! running `outbox fanout` re-publishing the account in sequence order. The fan-out
-//! store is a real SQLite file shared by the three processes.
+//! running `outbox fanout` re-publishing the account in sequence order; in between,
+//! `outbox fanout` is SIGKILLed and restarted and keeps the account parked. The fan-out
+//! store is a real SQLite file shared by the processes.
 
 mod common;
 
@@ -171,6 +172,39 @@ async fn a_refused_account_is_listed_replayed_by_command_and_delivered_in_order(
         "{shown}"
     );
 
+    // SIGKILLed and restarted: the account stays parked, what arrives for it is set
+    // aside behind the refusal, everyone else flows.
+    fanout.kill().await;
+    let (restarted, intake) = Fanout::start(&database, &destination).await;
+    fanout = restarted;
+    let body = webhook_body(&[(POISONED, 8, 5), (HEALTHY, 9, 3)]);
+    assert_eq!(deliver(&intake, "wh-after-kill", &body).await, 204);
+    eventually(
+        Duration::from_secs(30),
+        "the healthy account after the restart",
+        || consumer.of(HEALTHY) == [1, 2, 3],
+    )
+    .await;
+    let mut sequences = Vec::new();
+    for _ in 0..100 {
+        let output = command(&["dead-letters", "--database", &database, "--json"]).await;
+        sequences = text(&output.stdout)
+            .lines()
+            .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+            .map(|l| l["sequence"].as_u64().unwrap())
+            .collect();
+        if sequences.len() == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        sequences,
+        [2, 3, 4, 5],
+        "the new message waits behind the refusal"
+    );
+    assert_eq!(consumer.of(POISONED), [1], "still parked after the restart");
+
     // An account with nothing refused cannot be replayed: the error names the flag.
     let output = command(&[
         "replay",
@@ -189,7 +223,7 @@ async fn a_refused_account_is_listed_replayed_by_command_and_delivered_in_order(
         text(&output.stderr)
     );
 
-    // Fixed consumer, replay requested: the running fanout re-publishes 2, 3, 4 in order.
+    // Fixed consumer, replay requested: the running fanout re-publishes 2..=5 in order.
     consumer.fixed.store(true, Ordering::SeqCst);
     let output = command(&[
         "replay",
@@ -208,18 +242,18 @@ async fn a_refused_account_is_listed_replayed_by_command_and_delivered_in_order(
         text(&output.stdout)
     );
     eventually(Duration::from_secs(30), "the replay", || {
-        consumer.of(POISONED) == [1, 2, 3, 4]
+        consumer.of(POISONED) == [1, 2, 3, 4, 5]
     })
     .await;
-    assert_eq!(consumer.of(HEALTHY), [1, 2], "nothing else sent again");
+    assert_eq!(consumer.of(HEALTHY), [1, 2, 3], "nothing else sent again");
 
     // It flows again, and the listing says it was replayed.
     assert_eq!(
-        deliver(&intake, "wh-2", &webhook_body(&[(POISONED, 7, 5)])).await,
+        deliver(&intake, "wh-2", &webhook_body(&[(POISONED, 7, 6)])).await,
         204
     );
     eventually(Duration::from_secs(30), "the next message", || {
-        consumer.of(POISONED) == [1, 2, 3, 4, 5]
+        consumer.of(POISONED) == [1, 2, 3, 4, 5, 6]
     })
     .await;
     let output = command(&["dead-letters", "--database", &database, "--json"]).await;
@@ -230,10 +264,11 @@ async fn a_refused_account_is_listed_replayed_by_command_and_delivered_in_order(
     }
     let status = fanout.terminate().await;
     assert!(status.success(), "{status}: {}", fanout.stderr());
+    // The restarted process's own run: it set aside 5, replayed 2..=5, refused nothing.
     assert!(
         fanout
             .stdout()
-            .contains("dead-lettered 1 (set aside behind them 2, replayed 3)"),
+            .contains("dead-lettered 0 (set aside behind them 1, replayed 4)"),
         "{}",
         fanout.stdout()
     );

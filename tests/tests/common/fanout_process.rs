@@ -138,6 +138,11 @@ impl Fanout {
         self.stderr.lock().unwrap().join("\n")
     }
 
+    /// SIGKILL: nothing is saved on the way out.
+    pub async fn kill(&mut self) {
+        self.child.kill().await.expect("SIGKILL outbox fanout");
+    }
+
     /// SIGTERM, then waits (bounded) for the exit status.
     pub async fn terminate(&mut self) -> std::process::ExitStatus {
         let pid = self.child.id().expect("running").to_string();
