@@ -140,13 +140,6 @@ pub struct FanoutCli {
     pub run: Option<FanoutArgs>,
 }
 
-#[derive(Debug, Clone, Subcommand)]
-pub enum FanoutCommand {
-    /// Read the ledger's log once, append to the fan-out store what the webhooks never
-    /// brought, print what was appended, and exit.
-    CatchUp(CatchUpArgs),
-}
-
 #[derive(Debug, Clone, clap::Args)]
 pub struct CatchUpArgs {
     /// The fan-out store: sqlite://PATH or postgres://…[?schema=NAME]
@@ -221,6 +214,19 @@ pub struct FanoutArgs {
     /// webhooks (normally a moment behind the log) until a later catch-up.
     #[arg(long, default_value_t = 10)]
     pub catch_up_settle_secs: u64,
+}
+
+/// `outbox fanout` subcommands (without one, `outbox fanout` runs the daemon).
+#[derive(Debug, Clone, Subcommand)]
+pub enum FanoutCommand {
+    /// Read the ledger's log once, append to the fan-out store what the webhooks never
+    /// brought, print what was appended, and exit.
+    CatchUp(CatchUpArgs),
+    /// List what destinations refused for good and what waits behind it, per account.
+    DeadLetters(crate::commands::fanout_dead_letters::DeadLettersArgs),
+    /// Release an account parked behind a dead letter: the running `outbox fanout`
+    /// re-publishes its dead letters in order, before anything newer of the account.
+    Replay(crate::commands::fanout_replay::ReplayArgs),
 }
 
 #[derive(Debug, Clone, clap::Args)]

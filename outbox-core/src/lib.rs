@@ -18,9 +18,10 @@ pub use domain::*;
 pub use error::{Error, ErrorKind, Result, Retry};
 pub use exception::{Exception, ExceptionKind, NewException};
 pub use fanout::{
-    AppendOutcome, CatchUp, CatchUpReport, FanoutConfig, FanoutLoop, FanoutMessage, FanoutStore,
-    FanoutSummary, LedgerLogEntry, LedgerLogSource, MessageSink, Publisher, PublisherCapabilities,
-    StoredMessage, Subscriber,
+    AppendOutcome, CatchUp, CatchUpReport, DeadLetter, DeadLetterAccount, DeadLetterQuery,
+    DeadLetterReason, DeadLetterState, FanoutConfig, FanoutLoop, FanoutMessage, FanoutStore,
+    FanoutSummary, LedgerLogEntry, LedgerLogSource, MessageSink, NewDeadLetter, Publisher,
+    PublisherCapabilities, ReplayRequest, StoreRetry, StoredMessage, Subscriber,
 };
 pub use inbox::{
     Accepted, Claim, GapAlarm, Handler, HeldGap, HoldResult, Inbox, InboxEngine, InboxMessage,

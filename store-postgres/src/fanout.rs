@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outbox_core::{
-    Account, AppendOutcome, Error, ErrorKind, FanoutMessage, FanoutStore, MessageKind,
-    StoredMessage,
+    Account, AppendOutcome, DeadLetter, DeadLetterQuery, Error, ErrorKind, FanoutMessage,
+    FanoutStore, MessageKind, NewDeadLetter, ReplayRequest, StoredMessage,
 };
 use sqlx::postgres::PgRow;
 use sqlx::{AssertSqlSafe, PgPool, Row};
@@ -15,12 +15,14 @@ use sqlx::{AssertSqlSafe, PgPool, Row};
 use crate::config::PgConfig;
 use crate::connection::{connect, run_migrations};
 use crate::error::PgResultExt;
+use crate::fanout_dead_letters as dead_letters;
 
 /// How long an append waits for the append lock by default before failing transiently.
 pub const DEFAULT_APPEND_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The fan-out log on PostgreSQL (tables `fanout_deliveries`, `fanout_messages`,
-/// `fanout_cursors`, created by the crate's migrations). Cheap to clone; clones share
+/// `fanout_cursors`, `fanout_dead_letters`, `fanout_replay_requests`, created by the
+/// crate's migrations). Cheap to clone; clones share
 /// one pool.
 ///
 /// # Commit order
@@ -101,16 +103,16 @@ impl PgFanoutStore {
     }
 }
 
-fn i64_field(field: &str, value: u64) -> outbox_core::Result<i64> {
+pub(crate) fn i64_field(field: &str, value: u64) -> outbox_core::Result<i64> {
     i64::try_from(value)
         .map_err(|_| Error::invalid(field, format!("{value} does not fit a Postgres bigint")))
 }
 
-fn corrupt(column: &str, e: impl std::fmt::Display) -> Error {
+pub(crate) fn corrupt(column: &str, e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Internal, format!("{column}: {e}"))
 }
 
-fn u64_column(column: &str, value: i64) -> outbox_core::Result<u64> {
+pub(crate) fn u64_column(column: &str, value: i64) -> outbox_core::Result<u64> {
     u64::try_from(value).map_err(|_| corrupt(column, format!("negative value {value}")))
 }
 
@@ -165,7 +167,7 @@ impl Columns {
     }
 }
 
-fn message_from_row(row: &PgRow) -> outbox_core::Result<StoredMessage> {
+pub(crate) fn message_from_row(row: &PgRow) -> outbox_core::Result<StoredMessage> {
     let account: String = row.get("account");
     let kind: String = row.get("kind");
     Ok(StoredMessage {
@@ -332,5 +334,45 @@ impl FanoutStore for PgFanoutStore {
         .await
         .storage()
         .map(drop)
+    }
+
+    async fn append_dead_letters(
+        &self,
+        letters: &[NewDeadLetter],
+    ) -> outbox_core::Result<Vec<u64>> {
+        dead_letters::append(&self.pool, letters).await
+    }
+
+    async fn read_dead_letters(
+        &self,
+        query: &DeadLetterQuery<'_>,
+    ) -> outbox_core::Result<Vec<DeadLetter>> {
+        dead_letters::read(&self.pool, query).await
+    }
+
+    async fn read_set_aside(
+        &self,
+        destination: &str,
+        account: &Account,
+        after: u64,
+        limit: usize,
+    ) -> outbox_core::Result<Vec<StoredMessage>> {
+        dead_letters::read_set_aside(&self.pool, destination, account, after, limit).await
+    }
+
+    async fn request_replay(
+        &self,
+        destination: &str,
+        account: &Account,
+    ) -> outbox_core::Result<ReplayRequest> {
+        dead_letters::request_replay(&self.pool, destination, account).await
+    }
+
+    async fn read_replay_requests(
+        &self,
+        destination: &str,
+        after: u64,
+    ) -> outbox_core::Result<Vec<ReplayRequest>> {
+        dead_letters::read_replay_requests(&self.pool, destination, after).await
     }
 }

@@ -6,6 +6,7 @@ mod connection;
 mod enqueue;
 mod error;
 mod fanout;
+mod fanout_dead_letters;
 mod fleet;
 mod fleet_layout;
 mod horizon;

@@ -137,7 +137,12 @@ async fn truncate_is_refused_too() {
         .append("wh-1", &[message(1)])
         .await
         .expect("append");
-    for table in ["fanout_messages", "fanout_deliveries"] {
+    for table in [
+        "fanout_messages",
+        "fanout_deliveries",
+        "fanout_dead_letters",
+        "fanout_replay_requests",
+    ] {
         let err = pg
             .execute_raw(&format!("TRUNCATE {table}"))
             .await

@@ -8,6 +8,7 @@ use crate::error::SqliteResultExt;
 const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_outbox.sql"),
     include_str!("../migrations/0002_fanout.sql"),
+    include_str!("../migrations/0003_fanout_dead_letters.sql"),
 ];
 
 /// Opens a connection configured for the outbox: WAL, busy timeout, synchronous level.

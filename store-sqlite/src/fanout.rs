@@ -5,17 +5,20 @@ use std::path::Path;
 
 use async_trait::async_trait;
 use outbox_core::{
-    Account, AppendOutcome, Error, FanoutMessage, FanoutStore, MessageKind, StoredMessage,
+    Account, AppendOutcome, DeadLetter, DeadLetterQuery, Error, FanoutMessage, FanoutStore,
+    MessageKind, NewDeadLetter, ReplayRequest, StoredMessage,
 };
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 use crate::config::SqliteConfig;
 use crate::error::SqliteResultExt;
+use crate::fanout_dead_letters as dead_letters;
 use crate::shared::SharedConnection;
 use crate::time;
 
 /// The fan-out log on SQLite (tables `fanout_deliveries`, `fanout_messages`,
-/// `fanout_cursors`, created by [`crate::migrate`]). Cheap to clone; clones share one
+/// `fanout_cursors`, `fanout_dead_letters`, `fanout_replay_requests`, created by
+/// [`crate::migrate`]). Cheap to clone; clones share one
 /// connection.
 ///
 /// Positions are `fanout_messages.position` (rowid, AUTOINCREMENT). SQLite has one
@@ -70,7 +73,7 @@ struct NewRow {
     payload: Vec<u8>,
 }
 
-fn to_i64(field: &str, value: u64) -> outbox_core::Result<i64> {
+pub(crate) fn to_i64(field: &str, value: u64) -> outbox_core::Result<i64> {
     i64::try_from(value)
         .map_err(|_| Error::invalid(field, format!("{value} does not fit a 63-bit integer")))
 }
@@ -96,7 +99,7 @@ impl NewRow {
 }
 
 /// A stored value that cannot be what the store wrote.
-fn corrupt(column: &str, detail: impl std::fmt::Display) -> rusqlite::Error {
+pub(crate) fn corrupt(column: &str, detail: impl std::fmt::Display) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(
         0,
         rusqlite::types::Type::Null,
@@ -104,11 +107,11 @@ fn corrupt(column: &str, detail: impl std::fmt::Display) -> rusqlite::Error {
     )
 }
 
-fn unsigned(column: &str, value: i64) -> rusqlite::Result<u64> {
+pub(crate) fn unsigned(column: &str, value: i64) -> rusqlite::Result<u64> {
     u64::try_from(value).map_err(|_| corrupt(column, format!("negative value {value}")))
 }
 
-fn message_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredMessage> {
+pub(crate) fn message_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredMessage> {
     let account: String = row.get(2)?;
     let kind: String = row.get(4)?;
     Ok(StoredMessage {
@@ -274,6 +277,63 @@ impl FanoutStore for SqliteFanoutStore {
             .storage()
             .map(drop)
             })
+            .await
+    }
+
+    async fn append_dead_letters(
+        &self,
+        letters: &[NewDeadLetter],
+    ) -> outbox_core::Result<Vec<u64>> {
+        let letters = letters.to_vec();
+        self.shared
+            .run(move |conn| dead_letters::append(conn, &letters))
+            .await
+    }
+
+    async fn read_dead_letters(
+        &self,
+        query: &DeadLetterQuery<'_>,
+    ) -> outbox_core::Result<Vec<DeadLetter>> {
+        let query = dead_letters::Query::of(query);
+        self.shared
+            .run(move |conn| dead_letters::read(conn, &query))
+            .await
+    }
+
+    async fn read_set_aside(
+        &self,
+        destination: &str,
+        account: &Account,
+        after: u64,
+        limit: usize,
+    ) -> outbox_core::Result<Vec<StoredMessage>> {
+        let (destination, account) = (destination.to_owned(), account.as_str().to_owned());
+        self.shared
+            .run(move |conn| {
+                dead_letters::read_set_aside(conn, &destination, &account, after, limit)
+            })
+            .await
+    }
+
+    async fn request_replay(
+        &self,
+        destination: &str,
+        account: &Account,
+    ) -> outbox_core::Result<ReplayRequest> {
+        let (destination, account) = (destination.to_owned(), account.clone());
+        self.shared
+            .run(move |conn| dead_letters::request_replay(conn, &destination, &account))
+            .await
+    }
+
+    async fn read_replay_requests(
+        &self,
+        destination: &str,
+        after: u64,
+    ) -> outbox_core::Result<Vec<ReplayRequest>> {
+        let destination = destination.to_owned();
+        self.shared
+            .run(move |conn| dead_letters::read_replay_requests(conn, &destination, after))
             .await
     }
 }

@@ -5,6 +5,7 @@ mod connection;
 mod enqueue;
 mod error;
 mod fanout;
+mod fanout_dead_letters;
 mod inbox;
 mod relay_lock;
 mod shared;

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use outbox_core::{
-    AppendOutcome, ErrorKind, FanoutMessage, FanoutStore, MessageKind, StoredMessage,
+    Account, AppendOutcome, DeadLetterQuery, DeadLetterReason, DeadLetterState, ErrorKind,
+    FanoutMessage, FanoutStore, MessageKind, NewDeadLetter, StoredMessage,
 };
 
 use crate::fixtures::{fanout_message, rejection_notice};
@@ -541,6 +542,428 @@ pub async fn concurrent_appends_reach_a_following_reader_exactly_once(h: &impl F
     );
 }
 
+const KAFKA_A: &str = "kafka://a1:9092/ledger-events";
+const KAFKA_B: &str = "kafka://b1:9092/ledger-events";
+
+fn letter(
+    destination: &str,
+    stored: &StoredMessage,
+    reason: DeadLetterReason,
+    error: &str,
+) -> NewDeadLetter {
+    NewDeadLetter {
+        destination: destination.to_owned(),
+        position: stored.position,
+        account: stored.message.account.clone(),
+        sequence: stored.message.sequence,
+        instruction_id: stored.message.instruction_id.clone(),
+        reason,
+        error: error.to_owned(),
+    }
+}
+
+/// Three messages of merchants:4471 and one of merchants:4472, stored.
+async fn stored_for_dead_letters(store: &impl FanoutStore) -> Vec<StoredMessage> {
+    let batch = vec![
+        fanout_message(&instruction(300), "4471", 1, MessageKind::Committed, 300),
+        fanout_message(&instruction(301), "4471", 2, MessageKind::Committed, 301),
+        fanout_message(&instruction(302), "4472", 1, MessageKind::Committed, 302),
+        rejection_notice(&instruction(303), "4471", 3),
+    ];
+    store.append("wh-dead", &batch).await.expect("append");
+    read_all(store).await
+}
+
+fn merchant(n: &str) -> Account {
+    Account::parse(&format!("merchants:{n}")).expect("account")
+}
+
+pub async fn dead_letters_are_recorded_in_order_and_read_back_intact(h: &impl FanoutStoreHarness) {
+    let store = h.store();
+    let stored = stored_for_dead_letters(&store).await;
+    let before = Utc::now();
+    let first = vec![
+        letter(
+            KAFKA_A,
+            &stored[0],
+            DeadLetterReason::Refused,
+            "Transport: 422 unprocessable [status=422]",
+        ),
+        letter(
+            KAFKA_A,
+            &stored[1],
+            DeadLetterReason::SetAside,
+            "set aside behind the refused sequence 1",
+        ),
+    ];
+    let ids = store
+        .append_dead_letters(&first)
+        .await
+        .expect("append dead letters");
+    assert_eq!(ids.len(), 2);
+    assert!(
+        ids[0] > 0 && ids[0] < ids[1],
+        "ids increase in order: {ids:?}"
+    );
+    let second = vec![
+        letter(KAFKA_B, &stored[2], DeadLetterReason::Refused, "unroutable"),
+        letter(KAFKA_A, &stored[3], DeadLetterReason::SetAside, "behind 1"),
+    ];
+    let more = store
+        .append_dead_letters(&second)
+        .await
+        .expect("append dead letters");
+    assert!(
+        more[0] > ids[1] && more[0] < more[1],
+        "{ids:?} then {more:?}"
+    );
+    assert!(
+        store
+            .append_dead_letters(&[])
+            .await
+            .expect("nothing")
+            .is_empty()
+    );
+
+    let all = store
+        .read_dead_letters(&DeadLetterQuery::default())
+        .await
+        .expect("read");
+    let expected: Vec<&NewDeadLetter> = first.iter().chain(&second).collect();
+    assert_eq!(all.len(), 4);
+    for (read, (sent, id)) in all.iter().zip(expected.iter().zip(ids.iter().chain(&more))) {
+        assert_eq!(read.id, *id);
+        assert_eq!(
+            (
+                &read.destination,
+                read.position,
+                &read.account,
+                read.sequence,
+                &read.instruction_id,
+                read.reason,
+                &read.error
+            ),
+            (
+                &sent.destination,
+                sent.position,
+                &sent.account,
+                sent.sequence,
+                &sent.instruction_id,
+                sent.reason,
+                &sent.error
+            ),
+            "a field changed"
+        );
+        assert!(
+            read.dead_lettered_at >= before - chrono::Duration::minutes(5)
+                && read.dead_lettered_at <= Utc::now() + chrono::Duration::minutes(5),
+            "dead_lettered_at {}",
+            read.dead_lettered_at
+        );
+    }
+    // Filters and paging.
+    let of_a = store
+        .read_dead_letters(&DeadLetterQuery {
+            destination: Some(KAFKA_A),
+            ..DeadLetterQuery::default()
+        })
+        .await
+        .expect("read");
+    assert_eq!(
+        of_a.iter().map(|l| l.id).collect::<Vec<_>>(),
+        vec![ids[0], ids[1], more[1]]
+    );
+    let of_4472 = store
+        .read_dead_letters(&DeadLetterQuery {
+            account: Some(&merchant("4472")),
+            ..DeadLetterQuery::default()
+        })
+        .await
+        .expect("read");
+    assert_eq!(
+        of_4472.iter().map(|l| l.id).collect::<Vec<_>>(),
+        vec![more[0]]
+    );
+    let page = store
+        .read_dead_letters(&DeadLetterQuery {
+            after_id: ids[0],
+            limit: 2,
+            ..DeadLetterQuery::default()
+        })
+        .await
+        .expect("read");
+    assert_eq!(
+        page.iter().map(|l| l.id).collect::<Vec<_>>(),
+        vec![ids[1], more[0]]
+    );
+    // Durable.
+    assert_eq!(
+        h.reopen()
+            .await
+            .read_dead_letters(&DeadLetterQuery::default())
+            .await
+            .expect("read"),
+        all
+    );
+}
+
+pub async fn a_failed_dead_letter_append_records_nothing(h: &impl FanoutStoreHarness) {
+    let store = h.store();
+    let stored = stored_for_dead_letters(&store).await;
+    // Position 0 is no message's (positions start above the cursor of a transport
+    // that has read nothing): the database refuses it, after the first row was written.
+    let mut invalid = letter(KAFKA_A, &stored[1], DeadLetterReason::SetAside, "behind 1");
+    invalid.position = 0;
+    let err = store
+        .append_dead_letters(&[
+            letter(KAFKA_A, &stored[0], DeadLetterReason::Refused, "422"),
+            invalid,
+        ])
+        .await
+        .expect_err("a dead letter at position 0");
+    assert!(!err.is_transient(), "{err}");
+    assert!(
+        store
+            .read_dead_letters(&DeadLetterQuery::default())
+            .await
+            .expect("read")
+            .is_empty(),
+        "part of a failed append was recorded"
+    );
+}
+
+pub async fn set_aside_messages_are_read_per_destination_and_account(h: &impl FanoutStoreHarness) {
+    let store = h.store();
+    let stored = stored_for_dead_letters(&store).await;
+    store
+        .append_dead_letters(&[
+            letter(KAFKA_A, &stored[0], DeadLetterReason::Refused, "422"),
+            letter(KAFKA_A, &stored[1], DeadLetterReason::SetAside, "behind 1"),
+            letter(KAFKA_A, &stored[2], DeadLetterReason::Refused, "422"),
+            letter(KAFKA_B, &stored[3], DeadLetterReason::Refused, "422"),
+            letter(KAFKA_A, &stored[3], DeadLetterReason::SetAside, "behind 1"),
+            // Refused again on a replay: recorded again, read once.
+            letter(KAFKA_A, &stored[0], DeadLetterReason::Refused, "422 again"),
+        ])
+        .await
+        .expect("append dead letters");
+    let of_4471 = merchant("4471");
+    let set_aside = store
+        .read_set_aside(KAFKA_A, &of_4471, 0, 10)
+        .await
+        .expect("read set aside");
+    assert_eq!(
+        set_aside,
+        vec![stored[0].clone(), stored[1].clone(), stored[3].clone()]
+    );
+    assert_eq!(
+        store
+            .read_set_aside(KAFKA_A, &of_4471, stored[0].position, 1)
+            .await
+            .expect("read"),
+        vec![stored[1].clone()]
+    );
+    assert_eq!(
+        store
+            .read_set_aside(KAFKA_B, &of_4471, 0, 10)
+            .await
+            .expect("read"),
+        vec![stored[3].clone()]
+    );
+    assert!(
+        store
+            .read_set_aside(KAFKA_B, &merchant("4472"), 0, 10)
+            .await
+            .expect("read")
+            .is_empty()
+    );
+    assert!(
+        store
+            .read_set_aside(KAFKA_A, &of_4471, stored[3].position, 10)
+            .await
+            .expect("read")
+            .is_empty()
+    );
+}
+
+pub async fn a_replay_request_covers_the_latest_refusal(h: &impl FanoutStoreHarness) {
+    let store = h.store();
+    let stored = stored_for_dead_letters(&store).await;
+    let of_4471 = merchant("4471");
+    let err = store
+        .request_replay(KAFKA_A, &of_4471)
+        .await
+        .expect_err("nothing to replay yet");
+    assert_eq!(err.kind(), &ErrorKind::NotFound, "{err}");
+    assert!(err.to_string().contains("merchants:4471"), "{err}");
+
+    let ids = store
+        .append_dead_letters(&[
+            letter(KAFKA_A, &stored[0], DeadLetterReason::Refused, "422"),
+            letter(KAFKA_A, &stored[1], DeadLetterReason::SetAside, "behind 1"),
+            letter(KAFKA_B, &stored[2], DeadLetterReason::Refused, "unroutable"),
+        ])
+        .await
+        .expect("append dead letters");
+    let accounts = store.dead_letter_accounts(KAFKA_A).await.expect("accounts");
+    assert_eq!(accounts.len(), 1, "{accounts:?}");
+    assert_eq!(accounts[0].account, of_4471);
+    assert_eq!(accounts[0].refusal_id, ids[0]);
+    assert_eq!(
+        (accounts[0].refused_sequence, accounts[0].refused_position),
+        (1, stored[0].position)
+    );
+    assert_eq!(accounts[0].last_position, stored[1].position);
+    assert_eq!(accounts[0].records, 2);
+    assert_eq!(accounts[0].state(), DeadLetterState::Parked);
+    assert!(
+        store
+            .request_replay(KAFKA_B, &of_4471)
+            .await
+            .is_err_and(|e| e.kind() == &ErrorKind::NotFound),
+        "a refusal at another destination is not this one's"
+    );
+
+    let first = store
+        .request_replay(KAFKA_A, &of_4471)
+        .await
+        .expect("request");
+    assert_eq!(
+        (first.destination.as_str(), &first.account, first.refusal_id),
+        (KAFKA_A, &of_4471, ids[0])
+    );
+    let accounts = store.dead_letter_accounts(KAFKA_A).await.expect("accounts");
+    assert_eq!(accounts[0].state(), DeadLetterState::Replaying);
+
+    // The replay is refused again: the old request does not cover the new refusal.
+    let again = store
+        .append_dead_letters(&[letter(
+            KAFKA_A,
+            &stored[0],
+            DeadLetterReason::Refused,
+            "422",
+        )])
+        .await
+        .expect("append")[0];
+    let accounts = store.dead_letter_accounts(KAFKA_A).await.expect("accounts");
+    assert_eq!(
+        (accounts[0].refusal_id, accounts[0].state()),
+        (again, DeadLetterState::Parked)
+    );
+    let second = store
+        .request_replay(KAFKA_A, &of_4471)
+        .await
+        .expect("request");
+    assert!(second.id > first.id);
+    assert_eq!(second.refusal_id, again);
+    assert_eq!(
+        store
+            .read_replay_requests(KAFKA_A, 0)
+            .await
+            .expect("requests")
+            .iter()
+            .map(|r| r.id)
+            .collect::<Vec<_>>(),
+        vec![first.id, second.id]
+    );
+    assert_eq!(
+        store
+            .read_replay_requests(KAFKA_A, first.id)
+            .await
+            .expect("requests"),
+        vec![second.clone()]
+    );
+    assert!(
+        store
+            .read_replay_requests(KAFKA_B, 0)
+            .await
+            .expect("requests")
+            .is_empty()
+    );
+
+    // Progress is forward only; once it reaches the last recorded position the account
+    // is replayed.
+    store
+        .save_replay_progress(KAFKA_A, &of_4471, stored[0].position)
+        .await
+        .expect("progress");
+    assert_eq!(
+        store.dead_letter_accounts(KAFKA_A).await.expect("accounts")[0].state(),
+        DeadLetterState::Replaying
+    );
+    store
+        .save_replay_progress(KAFKA_A, &of_4471, stored[1].position)
+        .await
+        .expect("progress");
+    store
+        .save_replay_progress(KAFKA_A, &of_4471, stored[0].position)
+        .await
+        .expect("a lower position is ignored");
+    let reopened = h.reopen().await;
+    assert_eq!(
+        reopened
+            .load_replay_progress(KAFKA_A, &of_4471)
+            .await
+            .expect("progress"),
+        stored[1].position
+    );
+    let accounts = reopened
+        .dead_letter_accounts(KAFKA_A)
+        .await
+        .expect("accounts");
+    assert_eq!(accounts[0].state(), DeadLetterState::Replayed);
+    assert_eq!(accounts[0].records, 3);
+}
+
+pub async fn dead_letters_and_replay_requests_refuse_update_and_delete(
+    h: &impl FanoutStoreHarness,
+) {
+    let store = h.store();
+    let stored = stored_for_dead_letters(&store).await;
+    store
+        .append_dead_letters(&[letter(
+            KAFKA_A,
+            &stored[0],
+            DeadLetterReason::Refused,
+            "422",
+        )])
+        .await
+        .expect("append");
+    store
+        .request_replay(KAFKA_A, &merchant("4471"))
+        .await
+        .expect("request");
+    let letters = store
+        .read_dead_letters(&DeadLetterQuery::default())
+        .await
+        .expect("read");
+    for sql in [
+        "UPDATE fanout_dead_letters SET reason = 'set_aside'",
+        "UPDATE fanout_dead_letters SET error = 'nothing happened'",
+        "DELETE FROM fanout_dead_letters",
+        "UPDATE fanout_replay_requests SET account = 'merchants:other'",
+        "DELETE FROM fanout_replay_requests",
+    ] {
+        let err = h.execute_raw(sql).await.expect_err(sql);
+        assert_eq!(err.kind(), &ErrorKind::Immutable, "{sql}: {err}");
+    }
+    assert_eq!(
+        store
+            .read_dead_letters(&DeadLetterQuery::default())
+            .await
+            .expect("read"),
+        letters
+    );
+    assert_eq!(
+        store
+            .read_replay_requests(KAFKA_A, 0)
+            .await
+            .expect("requests")
+            .len(),
+        1
+    );
+}
+
 pub async fn unreachable_backend_fails_transiently(h: &impl FanoutStoreHarness) {
     let store = match h.unreachable().await {
         Ok(store) => store,
@@ -570,4 +993,14 @@ pub async fn unreachable_backend_fails_transiently(h: &impl FanoutStoreHarness) 
         .await
         .expect_err("save_cursor on an unreachable backend");
     assert!(err.is_transient(), "save_cursor: {err}");
+    let err = store
+        .read_dead_letters(&DeadLetterQuery::default())
+        .await
+        .expect_err("read_dead_letters on an unreachable backend");
+    assert!(err.is_transient(), "read_dead_letters: {err}");
+    let err = store
+        .read_replay_requests(KAFKA_A, 0)
+        .await
+        .expect_err("read_replay_requests on an unreachable backend");
+    assert!(err.is_transient(), "read_replay_requests: {err}");
 }

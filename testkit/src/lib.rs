@@ -121,6 +121,11 @@ macro_rules! fanout_store_suite {
             messages_and_deliveries_refuse_update_and_delete,
             concurrent_appends_reach_a_following_reader_exactly_once,
             unreachable_backend_fails_transiently,
+            dead_letters_are_recorded_in_order_and_read_back_intact,
+            a_failed_dead_letter_append_records_nothing,
+            set_aside_messages_are_read_per_destination_and_account,
+            a_replay_request_covers_the_latest_refusal,
+            dead_letters_and_replay_requests_refuse_update_and_delete,
         );
     };
     (@cases $harness:ty; $($case:ident),+ $(,)?) => {

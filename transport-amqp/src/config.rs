@@ -121,6 +121,36 @@ impl AmqpConfig {
         Ok(())
     }
 
+    /// The destination's identity, which names the publisher's fan-out cursor:
+    /// `amqp(s)://<host>:<port>/<vhost>?exchange=<exchange>`, host lower-cased, the
+    /// scheme's default port made explicit, vhost and exchange percent-encoded, no
+    /// credentials or tuning parameters. A path-less URI is the default vhost `/`, as
+    /// the AMQP URI spec (and lapin) read it.
+    ///
+    /// # Errors
+    /// `Config` naming `uri` when it is not an AMQP URI.
+    pub fn destination_name(&self) -> Result<String> {
+        let url = url::Url::parse(&self.uri)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "amqp" | "amqps") && !u.cannot_be_a_base())
+            .ok_or_else(|| error::config("uri", "not an amqp:// or amqps:// URI"))?;
+        let default_port = if url.scheme() == "amqps" { 5671 } else { 5672 };
+        let host = url.host_str().unwrap_or("localhost").to_ascii_lowercase();
+        let vhost = url
+            .path()
+            .get(1..)
+            .map_or_else(|| "/".to_owned(), percent_decode);
+        let encode =
+            |text: &str| url::form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>();
+        Ok(format!(
+            "{}://{host}:{}/{}?exchange={}",
+            url.scheme(),
+            url.port().unwrap_or(default_port),
+            encode(&vhost),
+            encode(&self.exchange)
+        ))
+    }
+
     /// Opens a connection named `ledger-outbox <role> <exchange>` in the management
     /// UI (no bound here: callers bound the whole setup).
     pub(crate) async fn connect(&self, role: &str) -> Result<lapin::Connection> {
@@ -167,6 +197,30 @@ fn redact(uri: &str) -> String {
         Ok(_) => uri.to_owned(),
         Err(_) => "<unparsable uri>".to_owned(),
     }
+}
+
+/// `%XX` escapes decoded (a `+` stays a `+`: this is a path, not a form).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl fmt::Debug for AmqpConfig {

@@ -68,7 +68,7 @@ impl AmqpPublisher {
         config.validate()?;
         Ok(Self {
             topology: Topology::new(config.exchange.clone(), config.queue_count),
-            name: format!("amqp:{}", config.exchange),
+            name: config.destination_name()?,
             config,
             link: Mutex::new(None),
         })
@@ -350,4 +350,54 @@ async fn close(link: Link) {
         link.connection.close(200, "reconnecting".into()),
     )
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(uri: &str, exchange: &str) -> String {
+        AmqpPublisher::new(AmqpConfig::new(uri, exchange))
+            .unwrap()
+            .name()
+            .to_owned()
+    }
+
+    #[test]
+    fn the_name_is_broker_vhost_and_exchange_without_credentials() {
+        let default_vhost = name("amqp://app:s3cret@Broker-A:5672/%2f", "ledger-events");
+        assert_eq!(
+            default_vhost,
+            "amqp://broker-a:5672/%2F?exchange=ledger-events"
+        );
+        assert!(!default_vhost.contains("s3cret") && !default_vhost.contains("app"));
+        // Credentials, the default port and tuning parameters do not change the destination.
+        assert_eq!(
+            name("amqp://other:pw@broker-a/%2F?heartbeat=10", "ledger-events"),
+            default_vhost
+        );
+        // A path-less URI is the default vhost, as the AMQP URI spec says.
+        assert_eq!(name("amqp://broker-a", "ledger-events"), default_vhost);
+        // Another broker, port, vhost or exchange is another destination.
+        for other in [
+            name("amqp://guest:guest@broker-b:5672/%2f", "ledger-events"),
+            name("amqp://guest:guest@10.0.0.1:5672/%2f", "ledger-events"),
+            name("amqp://guest:guest@10.0.0.2:5672/%2f", "ledger-events"),
+            name("amqp://guest:guest@broker-a:5673/%2f", "ledger-events"),
+            name("amqp://guest:guest@broker-a:5672/payments", "ledger-events"),
+            name("amqps://guest:guest@broker-a:5672/%2f", "ledger-events"),
+            name("amqp://guest:guest@broker-a:5672/%2f", "other-events"),
+        ] {
+            assert_ne!(other, default_vhost);
+        }
+        assert_ne!(
+            name("amqp://guest:guest@10.0.0.1:5672/%2f", "ledger-events"),
+            name("amqp://guest:guest@10.0.0.2:5672/%2f", "ledger-events"),
+            "two brokers by IP address"
+        );
+        assert_eq!(
+            name("amqp://guest:guest@broker-a:5672/payments", "ledger-events"),
+            "amqp://broker-a:5672/payments?exchange=ledger-events"
+        );
+    }
 }

@@ -38,7 +38,14 @@ async fn round_trip_keeps_payload_and_headers() {
     let config = common::fresh_config(&url, "roundtrip", 4);
     let _cleanup = Cleanup::new(&config);
     let publisher: Arc<dyn Publisher> = Arc::new(AmqpPublisher::new(config.clone()).unwrap());
-    assert_eq!(publisher.name(), format!("amqp:{}", config.exchange));
+    assert_eq!(publisher.name(), config.destination_name().unwrap());
+    assert!(
+        publisher
+            .name()
+            .ends_with(&format!("?exchange={}", config.exchange)),
+        "{}",
+        publisher.name()
+    );
     assert!(!publisher.capabilities().ordered_pipeline);
 
     let committed = FanoutMessage {

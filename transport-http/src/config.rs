@@ -76,6 +76,16 @@ impl PublisherConfig {
             connect_timeout: Duration::from_secs(5),
         }
     }
+
+    /// The destination's identity, which names the publisher's fan-out cursor: the
+    /// endpoint without credentials, query or fragment (scheme, host, port, path;
+    /// host lower-cased, default port dropped).
+    ///
+    /// # Errors
+    /// `Config` naming `endpoint` when it is not an http(s) URL.
+    pub fn destination_name(&self) -> outbox_core::Result<String> {
+        crate::publisher::endpoint(&self.endpoint).map(|url| crate::publisher::redact_url(&url))
+    }
 }
 
 impl fmt::Debug for PublisherConfig {

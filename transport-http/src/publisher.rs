@@ -42,13 +42,7 @@ impl HttpPublisher {
     /// `Config` naming the field when the endpoint is not an http(s) URL, the secret
     /// is empty or the HTTP client cannot be built.
     pub fn new(config: PublisherConfig) -> Result<Self> {
-        let endpoint = Url::parse(&config.endpoint)
-            .ok()
-            .filter(|url| matches!(url.scheme(), "http" | "https"))
-            .ok_or_else(|| {
-                Error::new(ErrorKind::Config, "the endpoint is not an http(s) URL")
-                    .with("field", "endpoint")
-            })?;
+        let endpoint = endpoint(&config.endpoint)?;
         if config.secret.is_empty() {
             return Err(
                 Error::new(ErrorKind::Config, "the signing secret must not be empty")
@@ -168,12 +162,23 @@ impl Publisher for HttpPublisher {
     }
 }
 
+/// The endpoint as an http(s) URL.
+pub(crate) fn endpoint(text: &str) -> Result<Url> {
+    Url::parse(text)
+        .ok()
+        .filter(|url| matches!(url.scheme(), "http" | "https"))
+        .ok_or_else(|| {
+            Error::new(ErrorKind::Config, "the endpoint is not an http(s) URL")
+                .with("field", "endpoint")
+        })
+}
+
 /// `url` without credentials, query or fragment: safe to log and to name a cursor.
 pub(crate) fn redact(url: &str) -> String {
     Url::parse(url).map_or_else(|_| "<not a URL>".to_owned(), |url| redact_url(&url))
 }
 
-fn redact_url(url: &Url) -> String {
+pub(crate) fn redact_url(url: &Url) -> String {
     let mut url = url.clone();
     // Both only fail for URLs that cannot have credentials at all.
     let _ = url.set_username("");
@@ -217,6 +222,24 @@ mod tests {
         let config = PublisherConfig::new("https://user:pw@h/p?token=t", "our-secret");
         let shown = format!("{config:?}");
         assert!(!shown.contains("pw") && !shown.contains("token") && !shown.contains("our-secret"));
+    }
+
+    #[test]
+    fn the_name_is_scheme_host_port_and_path() {
+        let name = |url: &str| publisher(url).unwrap().name().to_owned();
+        assert_eq!(
+            name("http://Consumer.Example:80/hop2/messages"),
+            "http://consumer.example/hop2/messages"
+        );
+        let base = name("https://consumer.example/hop2/messages");
+        for other in [
+            "https://other.example/hop2/messages",
+            "https://consumer.example:8443/hop2/messages",
+            "https://consumer.example/tenant-b/messages",
+            "http://consumer.example/hop2/messages",
+        ] {
+            assert_ne!(name(other), base, "{other}");
+        }
     }
 
     #[test]

@@ -74,6 +74,29 @@ impl PublisherConfig {
         Duration::from_millis(self.queue_timeout_ms)
     }
 
+    /// The destination's identity, which names its fan-out cursor:
+    /// `kafka://<brokers>/<topic>`, brokers lower-cased, with librdkafka's default
+    /// port 9092 made explicit, de-duplicated and sorted. Two clusters serving a topic
+    /// of the same name are two destinations; one cluster written two ways is one.
+    pub fn destination_name(&self) -> String {
+        let mut brokers: Vec<String> = self
+            .brokers
+            .split(',')
+            .map(|broker| broker.trim().to_ascii_lowercase())
+            .filter(|broker| !broker.is_empty())
+            .map(|broker| {
+                if has_port(&broker) {
+                    broker
+                } else {
+                    format!("{broker}:9092")
+                }
+            })
+            .collect();
+        brokers.sort();
+        brokers.dedup();
+        format!("kafka://{}/{}", brokers.join(","), self.topic)
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         require("brokers", &self.brokers)?;
         require("topic", &self.topic)?;
@@ -96,6 +119,14 @@ impl PublisherConfig {
             .set("enable.idempotence", "true")
             .set("acks", "all");
         config
+    }
+}
+
+/// `host:port` or `[v6]:port`, not a bare host or `[v6]`.
+fn has_port(broker: &str) -> bool {
+    match broker.rfind(']') {
+        Some(end) => broker[end..].contains(':'),
+        None => broker.contains(':'),
     }
 }
 

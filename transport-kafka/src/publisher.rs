@@ -48,7 +48,7 @@ impl KafkaPublisher {
         config.validate()?;
         let producer = create_producer(&config)?;
         Ok(Self {
-            name: format!("kafka:{}", config.topic),
+            name: config.destination_name(),
             config,
             producer: RwLock::new(producer),
         })
@@ -259,4 +259,37 @@ fn same_client<A: rdkafka::ClientContext, B: rdkafka::ClientContext>(
     b: &Client<B>,
 ) -> bool {
     std::ptr::eq(a.native_ptr().cast::<u8>(), b.native_ptr().cast::<u8>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(brokers: &str, topic: &str) -> String {
+        KafkaPublisher::new(PublisherConfig::new(brokers, topic))
+            .unwrap()
+            .name()
+            .to_owned()
+    }
+
+    #[test]
+    fn the_name_is_the_cluster_and_the_topic_with_brokers_sorted() {
+        let name_of_a = name("127.0.0.2:9092, 127.0.0.1:9092", "ledger-events");
+        assert_eq!(
+            name_of_a,
+            "kafka://127.0.0.1:9092,127.0.0.2:9092/ledger-events"
+        );
+        // The same cluster written another way is the same destination.
+        assert_eq!(
+            name("127.0.0.1,127.0.0.2:9092,127.0.0.1:9092", "ledger-events"),
+            name_of_a
+        );
+        assert_eq!(name("LOCALHOST:9092", "t"), "kafka://localhost:9092/t");
+        // Another cluster with the same topic has a cursor of its own.
+        assert_ne!(name("127.0.0.3:9092", "ledger-events"), name_of_a);
+        assert_ne!(name("127.0.0.1:9093", "ledger-events"), name_of_a);
+        assert_ne!(name("127.0.0.1:9092", "ledger-events"), name_of_a);
+        assert_ne!(name("127.0.0.1:9092,127.0.0.2:9092", "other"), name_of_a);
+        assert_eq!(name("[::1]:9092,[::1]", "t"), "kafka://[::1]:9092/t");
+    }
 }

@@ -120,7 +120,15 @@ async fn round_trip_keeps_payload_and_every_header() {
     let sent = vec![committed, reverted, notice];
 
     let publisher = publisher(&brokers, &topic);
-    assert_eq!(publisher.name(), format!("kafka:{topic}"));
+    assert_eq!(
+        publisher.name(),
+        PublisherConfig::new(brokers.as_str(), topic.as_str()).destination_name()
+    );
+    assert!(
+        publisher.name().ends_with(&format!("/{topic}")),
+        "{}",
+        publisher.name()
+    );
     assert!(publisher.capabilities().ordered_pipeline);
     assert_all_ok(&publisher.publish(&sent).await);
 

@@ -1,19 +1,49 @@
-//! `outbox fanout`: the webhook intake plus one fan-out loop per destination.
+//! `outbox fanout`: the webhook intake plus one fan-out loop per destination (and,
+//! with a ledger URL, the periodic catch-up from the ledger's log), and its
+//! subcommands.
 
 use std::time::Duration;
 
-use outbox_core::{FanoutConfig, FanoutLoop, Result, RunMode, Wakeup};
+use outbox_core::{Error, ErrorKind, FanoutConfig, FanoutLoop, Result, RunMode, Wakeup};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 use super::signal::stop_on_signal;
-use crate::cli::FanoutArgs;
+use super::{catch_up, fanout_dead_letters, fanout_replay};
+use crate::cli::{FanoutArgs, FanoutCli, FanoutCommand};
 use crate::wiring;
 
-pub async fn run(args: FanoutArgs) -> Result<()> {
-    let catch_up = super::catch_up::Periodic::from_args(&args)?;
+pub async fn run(cli: FanoutCli) -> Result<()> {
+    match (cli.command, cli.run) {
+        (Some(FanoutCommand::CatchUp(args)), _) => catch_up::run_once(args).await,
+        (Some(FanoutCommand::DeadLetters(args)), _) => fanout_dead_letters::run(args).await,
+        (Some(FanoutCommand::Replay(args)), _) => fanout_replay::run(args).await,
+        (None, Some(args)) => daemon(args).await,
+        (None, None) => Err(Error::invalid(
+            "fanout",
+            "give the fan-out's arguments (--database, --secret, --to…) or a subcommand",
+        )),
+    }
+}
+
+async fn daemon(args: FanoutArgs) -> Result<()> {
+    // Two URLs for one destination would share a cursor: refused before anything starts.
+    let names = wiring::distinct_destinations(&args.to)?;
+    let catch_up = catch_up::Periodic::from_args(&args)?;
     let store = wiring::fanout_store(&args.database).await?;
     let mut publishers = Vec::new();
-    for to in &args.to {
-        publishers.push(wiring::publisher(to, args.publish_secret.as_deref()).await?);
+    for (to, name) in args.to.iter().zip(&names) {
+        let publisher = wiring::publisher(to, args.publish_secret.as_deref()).await?;
+        if publisher.name() != name {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!(
+                    "--to {name}: the publisher calls itself {}",
+                    publisher.name()
+                ),
+            ));
+        }
+        publishers.push(publisher);
     }
     let wakeup = Wakeup::new();
     let intake = wiring::start_intake(
@@ -25,49 +55,76 @@ pub async fn run(args: FanoutArgs) -> Result<()> {
         wakeup.clone(),
     )
     .await?;
-    let names: Vec<_> = publishers.iter().map(|p| p.name().to_owned()).collect();
     // Tests and operators wait for this line: the intake is bound from here on.
     println!(
         "fanout: intake on {} publishing to {}",
         intake.webhook_url(),
         names.join(", ")
     );
-    let stopped = stop_on_signal("finishing the publishes in flight");
-    let catch_up = catch_up.map(|c| c.spawn(store.clone(), wakeup.clone(), stopped.clone()));
+    let mut signal = stop_on_signal("finishing the publishes in flight");
+    let (stop, stopping) = watch::channel(false);
+    let catch_up = catch_up.map(|c| c.spawn(store.clone(), wakeup.clone(), stopping.clone()));
     let config = FanoutConfig {
         batch_size: args.batch_size,
         pipelined_batch_size: args.pipelined_batch_size,
         poll_interval: Duration::from_millis(args.poll_interval_ms),
         ..FanoutConfig::default()
     };
-    let mut loops = Vec::new();
-    for publisher in publishers {
+    let mut loops = JoinSet::new();
+    for (publisher, name) in publishers.into_iter().zip(names) {
         let fanout = FanoutLoop::open(store.clone(), publisher, config.clone())
-            .await?
+            .await
+            .map_err(|e| e.with("destination", &name))?
             .with_wakeup(wakeup.clone());
-        loops.push(tokio::spawn(fanout.run(RunMode::Daemon, stopped.clone())));
+        let stopping = stopping.clone();
+        loops.spawn(async move { (name, fanout.run(RunMode::Daemon, stopping).await) });
     }
-    let mut stopped_for_intake = stopped.clone();
-    let _ = stopped_for_intake.wait_for(|stop| *stop).await;
+    // A loop ends before a stop only when its store stayed unusable: the destination
+    // is no longer served, so the whole process stops rather than go on answering
+    // the ledger 204 for messages nobody publishes.
+    let ended_early = tokio::select! {
+        _ = signal.wait_for(|stop| *stop) => None,
+        ended = loops.join_next() => ended,
+    };
     // Stop taking webhooks first (the ledger retries them), then let the loops finish.
     intake.shutdown().await;
+    let _ = stop.send(true);
     if let Some(task) = catch_up {
         let _ = task.await;
     }
-    for (name, task) in names.iter().zip(loops) {
-        let summary = task.await.map_err(|e| {
-            outbox_core::Error::new(
-                outbox_core::ErrorKind::Internal,
-                format!("fan-out task: {e}"),
-            )
-        })??;
-        println!(
-            "fanout {name}: published {}, retried {}, permanent failures {}, blocked accounts {}",
-            summary.published,
-            summary.retried,
-            summary.permanent_failures,
-            summary.blocked.len()
-        );
+    let mut failure = None;
+    if let Some(ended) = ended_early {
+        let (name, outcome) = ended.map_err(task_failed)?;
+        let error = match outcome {
+            Ok(_) => Error::new(ErrorKind::Internal, "the fan-out loop ended by itself"),
+            Err(e) => e,
+        }
+        .with("destination", &name);
+        tracing::error!(destination = %name, error = %error, "a fan-out loop stopped: stopping the intake and the other loops");
+        failure = Some(error);
     }
-    Ok(())
+    while let Some(ended) = loops.join_next().await {
+        let (name, outcome) = ended.map_err(task_failed)?;
+        match outcome {
+            Ok(summary) => println!(
+                "fanout {name}: published {}, retried {}, dead-lettered {} (set aside behind them {}, replayed {}), parked accounts {}",
+                summary.published,
+                summary.retried,
+                summary.permanent_failures,
+                summary.set_aside,
+                summary.replayed,
+                summary.blocked.len()
+            ),
+            Err(e) => {
+                let error = e.with("destination", &name);
+                tracing::error!(destination = %name, error = %error, "a fan-out loop stopped");
+                failure.get_or_insert(error);
+            }
+        }
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+fn task_failed(e: tokio::task::JoinError) -> Error {
+    Error::new(ErrorKind::Internal, format!("fan-out task: {e}"))
 }

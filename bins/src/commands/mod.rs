@@ -6,6 +6,8 @@ mod consume;
 mod enqueue;
 #[cfg(feature = "http")]
 mod fanout;
+pub mod fanout_dead_letters;
+pub mod fanout_replay;
 mod relay;
 mod retention;
 mod signal;
@@ -23,14 +25,7 @@ pub async fn run(command: Command) -> outbox_core::Result<()> {
         Command::Enqueue { database, file } => enqueue::run(&database, &file).await,
         Command::Relay(args) => relay::run(args).await,
         #[cfg(feature = "http")]
-        Command::Fanout(fanout) => match (fanout.command, fanout.run) {
-            (Some(crate::cli::FanoutCommand::CatchUp(args)), _) => catch_up::run_once(args).await,
-            (None, Some(args)) => fanout::run(args).await,
-            (None, None) => Err(outbox_core::Error::invalid(
-                "fanout",
-                "give the fan-out's arguments (--database, --secret, --to…) or a subcommand",
-            )),
-        },
+        Command::Fanout(fanout) => fanout::run(*fanout).await,
         Command::Consume(args) => consume::run(args).await,
         Command::Retention {
             database,

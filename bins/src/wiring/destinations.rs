@@ -8,7 +8,7 @@
 //! | `http(s)://HOST[:PORT]/PATH` | signed POST per message | — |
 //! | `http://LISTEN_ADDR` | — | signed receiver on that address |
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use outbox_core::{Error, Publisher, Result, Subscriber};
@@ -105,11 +105,86 @@ pub async fn publisher(url: &str, publish_secret: Option<&str>) -> Result<Arc<dy
             #[cfg(not(feature = "http"))]
             return Err(not_compiled("to", "http", "http"));
         }
-        other => Err(Error::invalid(
-            "to",
-            format!("{other}:// is not a destination: use kafka://, amqp:// or http(s)://"),
-        )),
+        other => Err(not_a_destination(other)),
     }
+}
+
+fn not_a_destination(scheme: &str) -> Error {
+    Error::invalid(
+        "to",
+        format!("{scheme}:// is not a destination: use kafka://, amqp:// or http(s)://"),
+    )
+}
+
+/// The identity of a `--to` destination, from its URL alone (nothing is connected or
+/// created): the name its publisher reports, which keys its cursor and dead letters.
+pub fn destination_name(url: &str) -> Result<String> {
+    let t = target("to", url)?;
+    match t.scheme {
+        "kafka" => {
+            #[cfg(feature = "kafka")]
+            return Ok(kafka::config(&t).destination_name());
+            #[cfg(not(feature = "kafka"))]
+            return Err(not_compiled("to", "kafka", "kafka"));
+        }
+        "amqp" | "amqps" => {
+            #[cfg(feature = "amqp")]
+            return amqp::config("to", &t)?
+                .destination_name()
+                .map_err(|e| e.with("field", "to"));
+            #[cfg(not(feature = "amqp"))]
+            return Err(not_compiled("to", "amqp", "amqp"));
+        }
+        "http" | "https" => {
+            #[cfg(feature = "http")]
+            return outbox_transport_http::PublisherConfig::new(url, "")
+                .destination_name()
+                .map_err(|e| e.with("field", "to"));
+            #[cfg(not(feature = "http"))]
+            return Err(not_compiled("to", "http", "http"));
+        }
+        other => Err(not_a_destination(other)),
+    }
+}
+
+/// The identities of the `--to` destinations, in order. Two URLs with one identity
+/// (the same cluster and topic, broker, vhost and exchange, or host and path) are
+/// refused: they would share one forward-only cursor, and the slower of the two would
+/// lose what the faster one had confirmed.
+pub fn distinct_destinations(urls: &[String]) -> Result<Vec<String>> {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut names = Vec::with_capacity(urls.len());
+    for (index, url) in urls.iter().enumerate() {
+        let name = destination_name(url)?;
+        if let Some(first) = seen.get(&name) {
+            return Err(Error::invalid(
+                "to",
+                format!(
+                    "--to #{} ({}) and --to #{} ({}) are one destination, {name}: they would \
+                     share one cursor; give each destination once",
+                    first + 1,
+                    shown(&urls[*first]),
+                    index + 1,
+                    shown(url)
+                ),
+            ));
+        }
+        seen.insert(name.clone(), index);
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// A URL as an error may show it: no credentials, no query (an HTTP query may carry a
+/// token).
+fn shown(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    format!("{scheme}://{host}/{path}")
 }
 
 /// The `--from` source of a consumer named `name`.
@@ -149,12 +224,15 @@ mod kafka {
         KafkaPublisher, KafkaSubscriber, PublisherConfig, SubscriberConfig, create_topic,
     };
 
+    pub fn config(t: &Target<'_>) -> PublisherConfig {
+        PublisherConfig::new(t.authority, t.path)
+    }
+
     pub async fn publisher(t: &Target<'_>) -> Result<Arc<dyn Publisher>> {
         let partitions = number("to", t, "partitions", 8)?;
         let timeout = std::time::Duration::from_secs(30);
         create_topic(t.authority, t.path, partitions, None, timeout).await?;
-        let config = PublisherConfig::new(t.authority, t.path);
-        Ok(Arc::new(KafkaPublisher::new(config)?))
+        Ok(Arc::new(KafkaPublisher::new(config(t))?))
     }
 
     pub fn subscriber(t: &Target<'_>, name: &str) -> Result<NamedSubscriber> {
@@ -172,7 +250,7 @@ mod amqp {
     use super::*;
     use outbox_transport_amqp::{AmqpConfig, AmqpPublisher, AmqpSubscriber};
 
-    fn config(field: &str, t: &Target<'_>) -> Result<AmqpConfig> {
+    pub fn config(field: &str, t: &Target<'_>) -> Result<AmqpConfig> {
         let exchange = t
             .params
             .get("exchange")

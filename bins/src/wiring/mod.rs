@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 #[cfg(feature = "http")]
 pub use destinations::start_intake;
-pub use destinations::{NamedSubscriber, publisher, subscriber};
+pub use destinations::{
+    NamedSubscriber, destination_name, distinct_destinations, publisher, subscriber,
+};
 pub use relay_lock::RelayNameLock;
 pub use treasury::{Treasury, fanout_store, treasury};
 

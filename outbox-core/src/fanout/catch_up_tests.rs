@@ -97,6 +97,40 @@ impl FanoutStore for DedupStore {
         *cursor = (*cursor).max(position);
         Ok(())
     }
+
+    // Catch-up never touches dead letters: this fake keeps none.
+    async fn append_dead_letters(&self, letters: &[NewDeadLetter]) -> Result<Vec<u64>> {
+        Ok((1..=letters.len() as u64).collect())
+    }
+
+    async fn read_dead_letters(&self, _query: &DeadLetterQuery<'_>) -> Result<Vec<DeadLetter>> {
+        Ok(Vec::new())
+    }
+
+    async fn read_set_aside(
+        &self,
+        _destination: &str,
+        _account: &Account,
+        _after: u64,
+        _limit: usize,
+    ) -> Result<Vec<StoredMessage>> {
+        Ok(Vec::new())
+    }
+
+    async fn request_replay(&self, destination: &str, account: &Account) -> Result<ReplayRequest> {
+        Err(Error::new(
+            ErrorKind::NotFound,
+            format!("{destination}: no dead letter for {account}"),
+        ))
+    }
+
+    async fn read_replay_requests(
+        &self,
+        _destination: &str,
+        _after: u64,
+    ) -> Result<Vec<ReplayRequest>> {
+        Ok(Vec::new())
+    }
 }
 
 /// A ledger log held in memory; records every `read_after` call.

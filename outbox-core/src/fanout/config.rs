@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::retry::StoreRetry;
 use crate::dispatch::Backoff;
 use crate::domain::Account;
 
@@ -11,12 +12,12 @@ use crate::domain::Account;
 /// | --- | --- | --- |
 /// | `batch_size` | 1000 | messages read per window and most sent per round |
 /// | `pipelined_batch_size` | 5000 | the same for a publisher that pipelines in order (Kafka) |
-/// | `look_ahead` | 10 | windows read past a blocked account to find other accounts' work |
+/// | `look_ahead` | 10 | windows read past a transiently failing account to find other accounts' work |
 /// | `max_per_account` | 256 | messages of one account per round when the publisher pipelines in order |
 /// | `rounds_in_flight` | 16 | rounds published at once when the publisher pipelines in order (1 otherwise) |
 /// | `poll_interval` | 500 ms | idle wait when no wake-up comes |
 /// | `backoff` | 100 ms … 10 s | retry delay after a transient failure (full jitter, `Retry-After` honoured) |
-/// | `permanent_retry` | 60 s | retry delay of an account blocked by a permanent failure |
+/// | `store_retry` | 20 retries, 20 ms … 2 s | transient failures a store call survives before the loop ends with the error |
 #[derive(Debug, Clone)]
 pub struct FanoutConfig {
     pub batch_size: usize,
@@ -26,7 +27,7 @@ pub struct FanoutConfig {
     pub rounds_in_flight: usize,
     pub poll_interval: Duration,
     pub backoff: Backoff,
-    pub permanent_retry: Duration,
+    pub store_retry: StoreRetry,
 }
 
 impl Default for FanoutConfig {
@@ -39,7 +40,7 @@ impl Default for FanoutConfig {
             rounds_in_flight: 16,
             poll_interval: Duration::from_millis(500),
             backoff: Backoff::default(),
-            permanent_retry: Duration::from_secs(60),
+            store_retry: StoreRetry::default(),
         }
     }
 }
@@ -52,8 +53,12 @@ pub struct FanoutSummary {
     pub published: u64,
     /// Transient failures that were (or will be) retried.
     pub retried: u64,
-    /// Permanent failures; each blocks its account until it succeeds.
+    /// Permanent refusals; each was dead-lettered and parked its account.
     pub permanent_failures: u64,
-    /// Accounts blocked by a permanent failure when the run ended.
+    /// Later messages of parked accounts recorded behind their refusal.
+    pub set_aside: u64,
+    /// Dead-lettered messages re-published after a replay request (also in `published`).
+    pub replayed: u64,
+    /// Accounts parked behind a dead letter when the run ended.
     pub blocked: Vec<Account>,
 }

@@ -3,12 +3,20 @@
 //!
 //! Each round reads the messages after the cursor and sends, per account, the head
 //! (or, when the publisher pipelines in order, a run of up to `max_per_account`). An
-//! account whose message failed is parked (transient: backoff; permanent: a long
-//! retry and a loud log) and none of its later messages go out before that one is
-//! confirmed: a failing account never reorders, never blocks its neighbours and is
-//! never skipped. Other accounts' confirmations past a parked message are kept in
-//! memory; the durable cursor moves only over a contiguous confirmed prefix, so a
-//! crash re-sends at most what was past it (consumers dedupe on the instruction id).
+//! account whose message failed transiently is parked with backoff and none of its
+//! later messages go out before that one is confirmed: a failing account never
+//! reorders, never blocks its neighbours and is never skipped. Other accounts'
+//! confirmations past a parked message are kept in memory; the durable cursor moves
+//! only over a contiguous confirmed prefix, so a crash re-sends at most what was past
+//! it (consumers dedupe on the instruction id).
+//!
+//! A message the destination refuses permanently is dead-lettered
+//! ([`super::dead_letter`]): its account is parked and its later messages are recorded
+//! behind it, in order, so the cursor passes them and the look-ahead buffer never
+//! fills up behind one poisoned account. A replay request releases the account; the
+//! loop then re-publishes its recorded messages in order before anything newer of it.
+//! Every store call retries transient errors ([`super::StoreRetry`]); a loop whose store
+//! stays unusable ends with the error, and the process running it should stop.
 //!
 //! A publisher that keeps order on the wire (`ordered_pipeline`: Kafka's idempotent
 //! producer) gets up to `rounds_in_flight` rounds at once; waiting for each round's
@@ -25,21 +33,33 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::dead_letter::{DeadLetterReason, NewDeadLetter};
+use super::set_aside::{Disposition, SetAside};
 use super::{FanoutConfig, FanoutStore, FanoutSummary, Publisher, StoredMessage};
-use crate::dispatch::{Backoff, RunMode};
+use crate::dispatch::RunMode;
 use crate::domain::Account;
 use crate::error::{Error, Result, Retry};
 use crate::relay::Wakeup;
 
 /// How often a streaming loop writes its cursor.
 const CURSOR_SAVE_EVERY: Duration = Duration::from_millis(200);
+/// How often a streaming loop looks for replay requests (an idle one looks each time
+/// it wakes up).
+const REPLAY_REQUESTS_EVERY: Duration = Duration::from_secs(1);
 
-/// Why an account is not sent to until `until`.
+/// Why an account is not sent to until `until`: a transient failure.
 #[derive(Debug, Clone, Copy)]
 struct Park {
     until: Instant,
     failures: u32,
-    permanent: bool,
+}
+
+/// A message of a round, and whether it is a replay of a dead letter (behind the
+/// cursor, tracked by the set-aside bookkeeping instead of the buffer).
+#[derive(Debug, Clone)]
+struct Outgoing {
+    stored: StoredMessage,
+    replay: bool,
 }
 
 /// Publishes a [`FanoutStore`] to one [`Publisher`]. See the module docs.
@@ -71,13 +91,16 @@ pub struct FanoutLoop {
     /// Whether the last read filled its window (more is likely waiting).
     last_read_full: bool,
     cursor_saved_at: Instant,
+    /// Dead-lettered accounts: parked, being replayed, or recorded past the cursor.
+    set_aside: SetAside,
+    requests_checked_at: Instant,
     summary: FanoutSummary,
 }
 
 /// One published round awaiting its confirmations.
 struct InFlight {
     id: u64,
-    send: Vec<StoredMessage>,
+    send: Vec<Outgoing>,
     task: JoinHandle<Vec<Result<()>>>,
 }
 
@@ -93,21 +116,30 @@ impl std::fmt::Debug for FanoutLoop {
 
 /// One round's selection: the messages to send and every window message read.
 struct Round {
-    send: Vec<StoredMessage>,
+    send: Vec<Outgoing>,
     /// When the earliest parked account may be retried (nothing sendable before).
     next_retry: Option<Instant>,
-    /// Messages read that wait only behind permanently blocked accounts.
-    blocked_only: bool,
+    /// Messages were passed or set aside: the buffer moved even if nothing is sent.
+    progressed: bool,
 }
 
 impl FanoutLoop {
-    /// Resumes after the publisher's saved cursor.
+    /// Resumes after the publisher's saved cursor, with the destination's dead
+    /// letters as the last run left them (parked accounts stay parked).
+    ///
+    /// # Errors
+    /// A store error that outlasted the retries.
     pub async fn open(
         store: Arc<dyn FanoutStore>,
         publisher: Arc<dyn Publisher>,
         config: FanoutConfig,
     ) -> Result<Self> {
-        let cursor = store.load_cursor(publisher.name()).await?;
+        let retry = config.store_retry;
+        let name = publisher.name().to_owned();
+        let cursor = retry
+            .run("load_cursor", || store.load_cursor(&name))
+            .await?;
+        let set_aside = SetAside::load(&store, &name, cursor, &retry).await?;
         Ok(Self {
             store,
             publisher,
@@ -126,6 +158,8 @@ impl FanoutLoop {
             prefetch: None,
             last_read_full: false,
             cursor_saved_at: Instant::now(),
+            set_aside,
+            requests_checked_at: Instant::now(),
             summary: FanoutSummary::default(),
         })
     }
@@ -142,12 +176,13 @@ impl FanoutLoop {
     }
 
     /// Runs until `shutdown` turns true (`Daemon`) or until every stored message is
-    /// confirmed or waits behind a permanently blocked account (`Drain`). A shutdown
-    /// lets the round in flight finish and saves the cursor.
+    /// confirmed or dead-lettered and no replay is left (`Drain`). A shutdown lets the
+    /// round in flight finish and saves the cursor.
     ///
     /// # Errors
-    /// A permanent store error (the cursor cannot be kept); transport errors never end
-    /// the run, they park their account.
+    /// A store error that outlasted the retries (the cursor or the dead letters cannot
+    /// be kept): the destination is no longer served, and whoever runs the loop should
+    /// stop. Transport errors never end the run: they park or dead-letter their account.
     pub async fn run(
         mut self,
         mode: RunMode,
@@ -163,24 +198,31 @@ impl FanoutLoop {
             let mut nothing_to_send = None;
             while !stopping && self.in_flight.len() < depth {
                 let round = self.select().await?;
-                if round.send.is_empty() {
+                if !round.send.is_empty() {
+                    self.launch(round.send);
+                } else if !round.progressed {
                     nothing_to_send = Some(round);
                     break;
                 }
-                self.launch(round.send);
             }
             if let Some(oldest) = self.in_flight.pop_front() {
                 self.prefetch();
-                self.settle(oldest).await;
+                self.settle(oldest).await?;
                 self.advance();
                 self.save_cursor_now_and_then().await?;
+                if self.requests_checked_at.elapsed() >= REPLAY_REQUESTS_EVERY {
+                    self.check_replay_requests().await?;
+                }
                 continue;
             }
             let Some(round) = nothing_to_send.filter(|_| !stopping) else {
                 break;
             };
             self.save_cursor().await?;
-            if self.buffer.is_empty() || round.blocked_only {
+            if self.check_replay_requests().await? > 0 {
+                continue;
+            }
+            if self.buffer.is_empty() && !self.set_aside.replay_pending() {
                 if mode == RunMode::Drain {
                     break;
                 }
@@ -190,11 +232,21 @@ impl FanoutLoop {
             }
         }
         self.save_cursor().await?;
-        self.summary.blocked = self.blocked_accounts();
+        self.summary.blocked = self.set_aside.parked();
         Ok(self.summary)
     }
 
-    /// Reads windows after the cursor and picks what may be sent now.
+    /// Acts on the operators' replay requests; returns how many accounts they released.
+    async fn check_replay_requests(&mut self) -> Result<usize> {
+        self.requests_checked_at = Instant::now();
+        self.set_aside
+            .poll_requests(&self.store, &self.config.store_retry)
+            .await
+    }
+
+    /// Reads windows after the cursor and picks what may be sent now: replays of
+    /// released accounts first, then the buffer. Messages of dead-lettered accounts
+    /// are recorded behind their refusal (or passed when already recorded).
     async fn select(&mut self) -> Result<Round> {
         let now = Instant::now();
         let per_account = if self.publisher.capabilities().ordered_pipeline {
@@ -203,19 +255,23 @@ impl FanoutLoop {
             1
         };
         let batch = self.round_size();
-        // Room for every round in flight plus the look-ahead past blocked accounts.
+        // Room for every round in flight plus the look-ahead past parked accounts.
         let bound = batch * self.config.look_ahead.max(self.config.rounds_in_flight + 1);
         let mut round = Round {
             send: Vec::new(),
             next_retry: None,
-            blocked_only: true,
+            progressed: false,
         };
         let oldest_in_flight = self.in_flight.front().map(|r| r.id);
         // A taint lasts while rounds sent before it are still in flight.
         self.tainted
             .retain(|_, until| oldest_in_flight.is_some_and(|id| id < *until));
         let mut held: HashSet<Account> = self.tainted.keys().cloned().collect();
+        self.select_replays(now, per_account, batch, &held, &mut round)
+            .await?;
         let mut taken: HashMap<Account, usize> = HashMap::new();
+        let mut passed = Vec::new();
+        let mut to_set_aside = Vec::new();
         // After a short read, look again only once the rounds in flight have settled
         // (or the loop idled): re-reading an empty tail per round costs a store trip.
         let mut store_exhausted = !self.last_read_full && !self.in_flight.is_empty();
@@ -243,19 +299,36 @@ impl FanoutLoop {
             }
             let stored = &self.buffer[index];
             index += 1;
-            if self.confirmed.contains(&stored.position)
-                || self.in_flight_positions.contains(&stored.position)
-            {
+            let account = &stored.message.account;
+            if self.confirmed.contains(&stored.position) {
                 continue;
             }
-            let account = &stored.message.account;
+            let disposition = self.set_aside.disposition(account, stored.position);
+            if self.in_flight_positions.contains(&stored.position) {
+                if disposition == Disposition::SetAside {
+                    // Recorded in order only: nothing later of it before this settles.
+                    held.insert(account.clone());
+                }
+                continue;
+            }
+            match disposition {
+                Disposition::Recorded => {
+                    passed.push(stored.position);
+                    continue;
+                }
+                Disposition::SetAside => {
+                    if !held.contains(account) {
+                        to_set_aside.push(stored.clone());
+                    }
+                    continue;
+                }
+                Disposition::Send => {}
+            }
             if let Some(park) = self.parked.get(account).filter(|p| p.until > now) {
                 round.next_retry = Some(round.next_retry.map_or(park.until, |t| t.min(park.until)));
-                round.blocked_only &= park.permanent;
                 held.insert(account.clone());
                 continue;
             }
-            round.blocked_only = false;
             if held.contains(account) || round.send.len() >= batch {
                 held.insert(account.clone());
                 continue;
@@ -266,9 +339,109 @@ impl FanoutLoop {
                 continue;
             }
             *count += 1;
-            round.send.push(stored.clone());
+            round.send.push(Outgoing {
+                stored: stored.clone(),
+                replay: false,
+            });
+        }
+        round.progressed = !passed.is_empty() || !to_set_aside.is_empty();
+        self.confirmed.extend(passed);
+        self.record_set_aside(to_set_aside).await?;
+        if round.progressed {
+            self.advance();
         }
         Ok(round)
+    }
+
+    /// Adds the next recorded messages of released accounts to the round.
+    async fn select_replays(
+        &mut self,
+        now: Instant,
+        per_account: usize,
+        batch: usize,
+        held: &HashSet<Account>,
+        round: &mut Round,
+    ) -> Result<()> {
+        for account in self.set_aside.replay_ready() {
+            if round.send.len() >= batch {
+                break;
+            }
+            if held.contains(&account) {
+                continue;
+            }
+            if let Some(park) = self.parked.get(&account).filter(|p| p.until > now) {
+                round.next_retry = Some(round.next_retry.map_or(park.until, |t| t.min(park.until)));
+                continue;
+            }
+            let limit = per_account.min(batch - round.send.len());
+            let replays = self
+                .set_aside
+                .take_replay(
+                    &self.store,
+                    &self.config.store_retry,
+                    &account,
+                    limit,
+                    batch,
+                )
+                .await?;
+            round
+                .send
+                .extend(replays.into_iter().map(|stored| Outgoing {
+                    stored,
+                    replay: true,
+                }));
+        }
+        Ok(())
+    }
+
+    /// Records messages of dead-lettered accounts behind their refusal, durably,
+    /// before the cursor may pass them.
+    async fn record_set_aside(&mut self, messages: Vec<StoredMessage>) -> Result<()> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let letters: Vec<NewDeadLetter> = messages
+            .iter()
+            .map(|stored| {
+                let error = self.set_aside.behind(&stored.message.account);
+                self.dead_letter(stored, DeadLetterReason::SetAside, error)
+            })
+            .collect();
+        let store = &self.store;
+        self.config
+            .store_retry
+            .run("append_dead_letters", || {
+                store.append_dead_letters(&letters)
+            })
+            .await?;
+        for stored in &messages {
+            self.set_aside
+                .recorded(&stored.message.account, stored.position);
+            self.confirmed.insert(stored.position);
+            tracing::debug!(
+                publisher = self.publisher.name(), account = %stored.message.account.as_str(),
+                sequence = stored.message.sequence, "message set aside behind a dead letter"
+            );
+        }
+        self.summary.set_aside += messages.len() as u64;
+        Ok(())
+    }
+
+    fn dead_letter(
+        &self,
+        stored: &StoredMessage,
+        reason: DeadLetterReason,
+        error: String,
+    ) -> NewDeadLetter {
+        NewDeadLetter {
+            destination: self.publisher.name().to_owned(),
+            position: stored.position,
+            account: stored.message.account.clone(),
+            sequence: stored.message.sequence,
+            instruction_id: stored.message.instruction_id.clone(),
+            reason,
+            error,
+        }
     }
 
     /// Messages per window and per round: an order-keeping publisher takes bigger
@@ -300,28 +473,18 @@ impl FanoutLoop {
     }
 
     async fn read_window(&self, after: u64) -> Result<Vec<StoredMessage>> {
-        let backoff = Backoff {
-            initial: Duration::from_millis(50),
-            max: Duration::from_secs(5),
-        };
-        let mut failures = 0;
-        loop {
-            match self.store.read_after(after, self.round_size()).await {
-                Err(e) if e.is_transient() && failures < 20 => {
-                    failures += 1;
-                    tracing::warn!(error = %e, "fan-out store read failed; retrying");
-                    tokio::time::sleep(backoff.delay(failures, None)).await;
-                }
-                other => return other,
-            }
-        }
+        let (store, limit) = (&self.store, self.round_size());
+        self.config
+            .store_retry
+            .run("read_after", || store.read_after(after, limit))
+            .await
     }
 
     /// Publishes a round in the background.
-    fn launch(&mut self, send: Vec<StoredMessage>) {
-        let messages: Vec<_> = send.iter().map(|s| s.message.clone()).collect();
+    fn launch(&mut self, send: Vec<Outgoing>) {
+        let messages: Vec<_> = send.iter().map(|o| o.stored.message.clone()).collect();
         self.in_flight_positions
-            .extend(send.iter().map(|s| s.position));
+            .extend(send.iter().filter(|o| !o.replay).map(|o| o.stored.position));
         let publisher = Arc::clone(&self.publisher);
         let task = tokio::spawn(async move { publisher.publish(&messages).await });
         self.in_flight.push_back(InFlight {
@@ -332,8 +495,9 @@ impl FanoutLoop {
         self.next_round += 1;
     }
 
-    /// Takes a round's confirmations: confirmed positions, parked accounts.
-    async fn settle(&mut self, round: InFlight) {
+    /// Takes a round's confirmations: confirmed positions, parked accounts, dead
+    /// letters for permanent refusals.
+    async fn settle(&mut self, round: InFlight) -> Result<()> {
         let results = round.task.await.unwrap_or_else(|e| {
             let error = Error::new(
                 crate::ErrorKind::Internal,
@@ -344,9 +508,16 @@ impl FanoutLoop {
         });
         let now = Instant::now();
         let mut failed: HashSet<Account> = HashSet::new();
-        for (index, stored) in round.send.iter().enumerate() {
-            self.in_flight_positions.remove(&stored.position);
+        let mut refused: Vec<(StoredMessage, Error, bool)> = Vec::new();
+        let mut replayed: HashSet<Account> = HashSet::new();
+        for (index, outgoing) in round.send.iter().enumerate() {
+            let stored = &outgoing.stored;
             let account = &stored.message.account;
+            if outgoing.replay {
+                replayed.insert(account.clone());
+            } else {
+                self.in_flight_positions.remove(&stored.position);
+            }
             let untrusted = self
                 .tainted
                 .get(account)
@@ -363,51 +534,102 @@ impl FanoutLoop {
             });
             match result {
                 Ok(()) => {
-                    self.confirmed.insert(stored.position);
                     self.summary.published += 1;
                     self.parked.remove(account);
+                    if outgoing.replay {
+                        self.summary.replayed += 1;
+                        self.set_aside.replay_confirmed(account, stored.position);
+                    } else {
+                        self.confirmed.insert(stored.position);
+                    }
                 }
                 Err(error) => {
                     failed.insert(account.clone());
                     self.tainted.insert(account.clone(), self.next_round);
-                    self.park(stored, &error, now);
+                    if outgoing.replay {
+                        self.set_aside.replay_failed(account);
+                    }
+                    if error.is_transient() {
+                        self.park(stored, &error, now);
+                    } else {
+                        refused.push((stored.clone(), error, outgoing.replay));
+                    }
                 }
             }
         }
+        for account in &replayed {
+            self.set_aside.replay_settled(account);
+        }
+        self.refuse(refused).await?;
+        if !replayed.is_empty() {
+            self.set_aside
+                .save_progress(&self.store, &self.config.store_retry)
+                .await?;
+        }
+        Ok(())
     }
 
+    /// Transient failure: the account waits with backoff and retries.
     fn park(&mut self, stored: &StoredMessage, error: &Error, now: Instant) {
         let message = &stored.message;
         let failures = self.parked.get(&message.account).map_or(0, |p| p.failures) + 1;
-        let (delay, permanent) = match error.retry() {
-            Retry::Transient { after } => {
-                self.summary.retried += 1;
-                tracing::warn!(
-                    publisher = self.publisher.name(), account = %message.account.as_str(),
-                    sequence = message.sequence, failures, error = %error,
-                    "publish failed; the account waits and retries"
-                );
-                (self.config.backoff.delay(failures, after), false)
-            }
-            Retry::Permanent | Retry::Exhausted => {
-                self.summary.permanent_failures += 1;
-                tracing::error!(
-                    publisher = self.publisher.name(), account = %message.account.as_str(),
-                    sequence = message.sequence, instruction_id = %message.instruction_id,
-                    error = %error,
-                    "publish refused permanently; the account is blocked until this succeeds"
-                );
-                (self.config.permanent_retry, true)
-            }
+        let after = match error.retry() {
+            Retry::Transient { after } => after,
+            Retry::Permanent | Retry::Exhausted => None,
         };
+        self.summary.retried += 1;
+        tracing::warn!(
+            publisher = self.publisher.name(), account = %message.account.as_str(),
+            sequence = message.sequence, failures, error = %error,
+            "publish failed; the account waits and retries"
+        );
         self.parked.insert(
             message.account.clone(),
             Park {
-                until: now + delay,
+                until: now + self.config.backoff.delay(failures, after),
                 failures,
-                permanent,
             },
         );
+    }
+
+    /// Permanent refusals: each message becomes a dead letter (durably, before the
+    /// cursor may pass it) and parks its account; the account's later messages are
+    /// set aside behind it as the loop meets them.
+    async fn refuse(&mut self, refused: Vec<(StoredMessage, Error, bool)>) -> Result<()> {
+        if refused.is_empty() {
+            return Ok(());
+        }
+        let letters: Vec<NewDeadLetter> = refused
+            .iter()
+            .map(|(stored, error, _)| {
+                self.dead_letter(stored, DeadLetterReason::Refused, error.to_string())
+            })
+            .collect();
+        let store = &self.store;
+        let ids = self
+            .config
+            .store_retry
+            .run("append_dead_letters", || {
+                store.append_dead_letters(&letters)
+            })
+            .await?;
+        for ((stored, error, replay), id) in refused.iter().zip(ids) {
+            let message = &stored.message;
+            self.summary.permanent_failures += 1;
+            tracing::error!(
+                publisher = self.publisher.name(), account = %message.account.as_str(),
+                sequence = message.sequence, instruction_id = %message.instruction_id,
+                position = stored.position, dead_letter = id, replay, error = %error,
+                "publish refused permanently: dead-lettered; the account's later messages are set aside until `outbox fanout replay`"
+            );
+            self.parked.remove(&message.account);
+            self.set_aside
+                .refused(&message.account, message.sequence, stored.position, id);
+            if !replay {
+                self.confirmed.insert(stored.position);
+            }
+        }
+        Ok(())
     }
 
     /// Moves the cursor over the contiguous confirmed prefix of the buffer.
@@ -425,8 +647,10 @@ impl FanoutLoop {
         if self.cursor == self.saved_cursor {
             return Ok(());
         }
-        self.store
-            .save_cursor(self.publisher.name(), self.cursor)
+        let (store, name, cursor) = (&self.store, self.publisher.name(), self.cursor);
+        self.config
+            .store_retry
+            .run("save_cursor", || store.save_cursor(name, cursor))
             .await?;
         self.saved_cursor = self.cursor;
         self.cursor_saved_at = Instant::now();
@@ -460,16 +684,5 @@ impl FanoutLoop {
             _ = wakeup => {}
             _ = shutdown.changed() => {}
         }
-    }
-
-    fn blocked_accounts(&self) -> Vec<Account> {
-        let mut blocked: Vec<_> = self
-            .parked
-            .iter()
-            .filter(|(_, p)| p.permanent)
-            .map(|(a, _)| a.clone())
-            .collect();
-        blocked.sort_by(|a, b| a.as_str().cmp(b.as_str()));
-        blocked
     }
 }

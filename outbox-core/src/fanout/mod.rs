@@ -3,16 +3,24 @@
 //! [`Subscriber`] that feeds a [`MessageSink`] (their inbox transaction).
 //!
 //! ```text
-//! ledger ─webhook─▶ intake ─append─▶ FanoutStore ─read_after(cursor per transport)─▶ Publisher
-//! ledger log ─CatchUp (what webhooks missed)─▶ ┘        Subscriber ─▶ MessageSink (inbox)
+//! ledger ─webhook─▶ intake ───────────────────────append─┐
+//! ledger log ─CatchUp (what the webhooks missed)──append─┤
+//!                                                        ▼
+//!                      FanoutStore ─read_after(cursor per transport)─▶ Publisher ─▶ broker
+//!                        ▲ dead letters, replay requests                │ refused for good
+//!                        └──────────────────────────────────────────────┘
+//! broker ─▶ Subscriber ─▶ MessageSink (the consumer's inbox transaction)
 //! ```
 
 mod catch_up;
 mod config;
+pub mod dead_letter;
 mod engine;
 pub mod headers;
 mod message;
 mod publisher;
+mod retry;
+mod set_aside;
 mod store;
 mod subscriber;
 
@@ -20,9 +28,14 @@ pub use catch_up::{
     CatchUp, CatchUpReport, DEFAULT_CATCH_UP_PAGE, LedgerLogEntry, LedgerLogSource,
 };
 pub use config::{FanoutConfig, FanoutSummary};
+pub use dead_letter::{
+    DeadLetter, DeadLetterAccount, DeadLetterQuery, DeadLetterReason, DeadLetterState,
+    NewDeadLetter, ReplayRequest,
+};
 pub use engine::FanoutLoop;
 pub use message::FanoutMessage;
 pub use publisher::{Publisher, PublisherCapabilities};
+pub use retry::StoreRetry;
 pub use store::{AppendOutcome, FanoutStore, StoredMessage};
 pub use subscriber::{MessageSink, Subscriber};
 

@@ -39,8 +39,12 @@ impl PublisherCapabilities {
 ///   loop re-sends them (at least once).
 #[async_trait]
 pub trait Publisher: Send + Sync + 'static {
-    /// Names the cursor in the fan-out store: stable across restarts, unique per
-    /// destination (`kafka:ledger-events`, `amqp:ledger-events`, `https://host/path`).
+    /// The destination's identity: it names the cursor (and the dead letters) in the
+    /// fan-out store, so it must be stable across restarts and differ for any two
+    /// destinations that receive separately: it includes the cluster or host, vhost,
+    /// topic, exchange or path, normalised, and never a credential
+    /// (`kafka://b1:9092,b2:9092/ledger-events`,
+    /// `amqp://rabbit:5672/%2F?exchange=ledger-events`, `https://host/path`).
     fn name(&self) -> &str;
 
     fn capabilities(&self) -> PublisherCapabilities {

@@ -1,10 +1,18 @@
 //! `FanoutStore`: the durable log the webhook intake appends to and the fan-out loop
-//! reads, with one cursor per transport kept apart from the (immutable) messages.
+//! reads, with one cursor per transport kept apart from the (immutable) messages, and
+//! the dead letters each destination refused.
+
+use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::FanoutMessage;
+use super::dead_letter::{
+    DeadLetter, DeadLetterAccount, DeadLetterQuery, DeadLetterReason, NewDeadLetter, ReplayRequest,
+    replay_progress_key,
+};
+use crate::domain::Account;
 use crate::error::Result;
 
 /// A message as the fan-out store holds it.
@@ -41,6 +49,14 @@ pub struct AppendOutcome {
 ///   `save_cursor` only ever moves the cursor forward (a lower value is ignored).
 /// - A store that cannot be reached fails with a transient error, so the intake
 ///   answers 5xx and the ledger retries.
+/// - Dead letters ([`super::dead_letter`]) and replay requests are append-only, like
+///   the messages (the database refuses UPDATE and DELETE); their ids increase in
+///   append order. `append_dead_letters` is atomic: all of its records or none.
+/// - `read_set_aside` returns the stored messages that have a dead letter of that
+///   destination and account, each once, ascending by position.
+/// - `request_replay` records the account's latest refusal (the highest id of its
+///   `Refused` dead letters at that destination) in the same statement that appends
+///   the request, and fails with `NotFound` naming the account when there is none.
 #[async_trait]
 pub trait FanoutStore: Send + Sync + 'static {
     async fn append(&self, delivery_id: &str, messages: &[FanoutMessage]) -> Result<AppendOutcome>;
@@ -50,8 +66,116 @@ pub trait FanoutStore: Send + Sync + 'static {
     async fn load_cursor(&self, transport: &str) -> Result<u64>;
 
     async fn save_cursor(&self, transport: &str, position: u64) -> Result<()>;
+
+    /// Appends dead letters in one transaction, in order; returns their ids.
+    async fn append_dead_letters(&self, letters: &[NewDeadLetter]) -> Result<Vec<u64>>;
+
+    /// Dead letters matching `query`, ascending by id.
+    async fn read_dead_letters(&self, query: &DeadLetterQuery<'_>) -> Result<Vec<DeadLetter>>;
+
+    /// The messages dead-lettered for `account` at `destination` with a position
+    /// above `after`, ascending, at most `limit`.
+    async fn read_set_aside(
+        &self,
+        destination: &str,
+        account: &Account,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>>;
+
+    /// Asks the running fan-out loop of `destination` to re-publish `account`'s dead
+    /// letters.
+    ///
+    /// # Errors
+    /// `NotFound` when the account has no refused message at that destination.
+    async fn request_replay(&self, destination: &str, account: &Account) -> Result<ReplayRequest>;
+
+    /// Replay requests of `destination` with an id above `after`, ascending.
+    async fn read_replay_requests(
+        &self,
+        destination: &str,
+        after: u64,
+    ) -> Result<Vec<ReplayRequest>>;
+
+    /// The highest position a replay of `account` at `destination` re-published
+    /// (kept as a cursor named [`replay_progress_key`] unless the store says otherwise).
+    async fn load_replay_progress(&self, destination: &str, account: &Account) -> Result<u64> {
+        self.load_cursor(&replay_progress_key(destination, account))
+            .await
+    }
+
+    /// Moves that position forward (a lower value is ignored).
+    async fn save_replay_progress(
+        &self,
+        destination: &str,
+        account: &Account,
+        position: u64,
+    ) -> Result<()> {
+        self.save_cursor(&replay_progress_key(destination, account), position)
+            .await
+    }
+
+    /// Every account with dead letters at `destination` and where it stands, by
+    /// account. The default reads the whole record; a store may answer it in one query.
+    async fn dead_letter_accounts(&self, destination: &str) -> Result<Vec<DeadLetterAccount>> {
+        let mut accounts: BTreeMap<String, DeadLetterAccount> = BTreeMap::new();
+        let mut after_id = 0;
+        loop {
+            let page = self
+                .read_dead_letters(&DeadLetterQuery {
+                    destination: Some(destination),
+                    after_id,
+                    ..DeadLetterQuery::default()
+                })
+                .await?;
+            let Some(last) = page.last() else { break };
+            after_id = last.id;
+            for letter in page {
+                let entry = accounts
+                    .entry(letter.account.as_str().to_owned())
+                    .or_insert_with(|| DeadLetterAccount {
+                        account: letter.account.clone(),
+                        refusal_id: 0,
+                        refused_sequence: 0,
+                        refused_position: 0,
+                        last_position: 0,
+                        replayed_through: 0,
+                        released: false,
+                        records: 0,
+                    });
+                entry.records += 1;
+                entry.last_position = entry.last_position.max(letter.position);
+                if letter.reason == DeadLetterReason::Refused {
+                    entry.refusal_id = letter.id;
+                    entry.refused_sequence = letter.sequence;
+                    entry.refused_position = letter.position;
+                }
+            }
+        }
+        let mut released: HashMap<String, u64> = HashMap::new();
+        for request in self.read_replay_requests(destination, 0).await? {
+            let covered = released
+                .entry(request.account.as_str().to_owned())
+                .or_default();
+            *covered = (*covered).max(request.refusal_id);
+        }
+        let mut out = Vec::with_capacity(accounts.len());
+        for (name, mut account) in accounts {
+            account.released = released
+                .get(&name)
+                .is_some_and(|covered| *covered >= account.refusal_id);
+            account.replayed_through = self
+                .load_replay_progress(destination, &account.account)
+                .await?;
+            out.push(account);
+        }
+        Ok(out)
+    }
 }
 
+// Every method forwarded, defaults too: a wrapped store's own answers must not be
+// replaced by the trait's defaults.
+#[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl<T: FanoutStore + ?Sized> FanoutStore for std::sync::Arc<T> {
     async fn append(&self, delivery_id: &str, messages: &[FanoutMessage]) -> Result<AppendOutcome> {
@@ -68,5 +192,56 @@ impl<T: FanoutStore + ?Sized> FanoutStore for std::sync::Arc<T> {
 
     async fn save_cursor(&self, transport: &str, position: u64) -> Result<()> {
         (**self).save_cursor(transport, position).await
+    }
+
+    async fn append_dead_letters(&self, letters: &[NewDeadLetter]) -> Result<Vec<u64>> {
+        (**self).append_dead_letters(letters).await
+    }
+
+    async fn read_dead_letters(&self, query: &DeadLetterQuery<'_>) -> Result<Vec<DeadLetter>> {
+        (**self).read_dead_letters(query).await
+    }
+
+    async fn read_set_aside(
+        &self,
+        destination: &str,
+        account: &Account,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>> {
+        (**self)
+            .read_set_aside(destination, account, after, limit)
+            .await
+    }
+
+    async fn request_replay(&self, destination: &str, account: &Account) -> Result<ReplayRequest> {
+        (**self).request_replay(destination, account).await
+    }
+
+    async fn read_replay_requests(
+        &self,
+        destination: &str,
+        after: u64,
+    ) -> Result<Vec<ReplayRequest>> {
+        (**self).read_replay_requests(destination, after).await
+    }
+
+    async fn load_replay_progress(&self, destination: &str, account: &Account) -> Result<u64> {
+        (**self).load_replay_progress(destination, account).await
+    }
+
+    async fn save_replay_progress(
+        &self,
+        destination: &str,
+        account: &Account,
+        position: u64,
+    ) -> Result<()> {
+        (**self)
+            .save_replay_progress(destination, account, position)
+            .await
+    }
+
+    async fn dead_letter_accounts(&self, destination: &str) -> Result<Vec<DeadLetterAccount>> {
+        (**self).dead_letter_accounts(destination).await
     }
 }

@@ -89,6 +89,48 @@ impl FanoutStore for TempFanoutStore {
     async fn save_cursor(&self, transport: &str, position: u64) -> Result<()> {
         self.store.save_cursor(transport, position).await
     }
+
+    async fn append_dead_letters(
+        &self,
+        letters: &[outbox_core::NewDeadLetter],
+    ) -> outbox_core::Result<Vec<u64>> {
+        self.store.append_dead_letters(letters).await
+    }
+
+    async fn read_dead_letters(
+        &self,
+        query: &outbox_core::DeadLetterQuery<'_>,
+    ) -> outbox_core::Result<Vec<outbox_core::DeadLetter>> {
+        self.store.read_dead_letters(query).await
+    }
+
+    async fn read_set_aside(
+        &self,
+        destination: &str,
+        account: &outbox_core::Account,
+        after: u64,
+        limit: usize,
+    ) -> outbox_core::Result<Vec<StoredMessage>> {
+        self.store
+            .read_set_aside(destination, account, after, limit)
+            .await
+    }
+
+    async fn request_replay(
+        &self,
+        destination: &str,
+        account: &outbox_core::Account,
+    ) -> outbox_core::Result<outbox_core::ReplayRequest> {
+        self.store.request_replay(destination, account).await
+    }
+
+    async fn read_replay_requests(
+        &self,
+        destination: &str,
+        after: u64,
+    ) -> outbox_core::Result<Vec<outbox_core::ReplayRequest>> {
+        self.store.read_replay_requests(destination, after).await
+    }
 }
 
 /// A fresh SQLite fan-out store in its own directory.

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod backend;
+pub mod fanout_process;
 pub mod hop2;
 pub mod postgres;
 pub mod process;
