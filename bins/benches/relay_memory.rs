@@ -17,38 +17,11 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use outbox_core::{
-    Account, Amount, Asset, EventId, LedgerCommand, Metadata, NewEvent, PostBody, PostCommand,
-    Posting,
-};
+use outbox_core::EventId;
 use outbox_store_sqlite::{SqliteConfig, connect, enqueue};
+use outbox_testkit::bench_args::Args;
+use outbox_testkit::fixtures::payout;
 use outbox_testkit::null_ledger::null_ledger;
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn event(account: &str, n: usize) -> NewEvent {
-    NewEvent::new(
-        Account::parse(account).unwrap(),
-        LedgerCommand::Post(PostCommand {
-            body: PostBody::Postings(vec![Posting {
-                source: Account::parse("world").unwrap(),
-                destination: Account::parse(&format!("{account}:available")).unwrap(),
-                amount: Amount::new(1_000 + n as u64),
-                asset: Asset::parse("USD/2").unwrap(),
-            }]),
-            reference: None,
-            metadata: Metadata::from([("event_type".to_owned(), "bench".to_owned())]),
-        }),
-    )
-    .with_event_id(EventId::new())
-}
 
 /// An outbox with, optionally, the stopped account's event first, then `later`
 /// events round-robin over 1,000 accounts. Returns its URL and the stopped event's id.
@@ -60,13 +33,14 @@ fn outbox(dir: &Path, later: usize, stopped: bool) -> (String, Option<EventId>) 
     outbox_store_sqlite::migrate(&mut conn).unwrap();
     let tx = conn.transaction().unwrap();
     let first = stopped.then(|| {
-        let e = event("merchants:stopped", 0);
+        let e = payout("stopped", 1).with_event_id(EventId::new());
         let id = e.event_id.unwrap();
         enqueue(&tx, &e).unwrap();
         id
     });
     for n in 0..later {
-        enqueue(&tx, &event(&format!("merchants:{}", n % 1_000), n)).unwrap();
+        let e = payout(&(n % 1_000).to_string(), 1_000 + n as u64);
+        enqueue(&tx, &e).unwrap();
     }
     tx.commit().unwrap();
     (format!("sqlite://{}", path.display()), first)
@@ -132,7 +106,7 @@ async fn relay_once(database: &str, ledger_url: &str) -> (Duration, f64, String)
 
 #[tokio::main]
 async fn main() {
-    let largest = arg("--events", 1_000_000);
+    let largest = Args::from_env().num("--events", 1_000_000);
     let sizes: Vec<usize> = [largest / 10, largest / 3, largest]
         .into_iter()
         .filter(|n| *n > 0)

@@ -125,11 +125,7 @@ pub async fn enqueue_with(
                 .fetch_optional(&mut *conn)
                 .await
                 .storage()?;
-        let owner = owner
-            .map(|a| outbox_core::Account::parse(&a))
-            .transpose()
-            .map_err(|e| Error::new(ErrorKind::Internal, format!("outbox_events.account: {e}")))?;
-        event.check_revert_target(owner.as_ref())?;
+        event.check_revert_target(owner.as_deref())?;
     }
     let supplied = event.event_id;
     let event_id = supplied.unwrap_or_default();

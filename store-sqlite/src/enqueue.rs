@@ -50,11 +50,7 @@ pub fn enqueue(conn: &Connection, event: &NewEvent) -> outbox_core::Result<Outbo
             .query_row([target.to_string()], |row| row.get(0))
             .optional()
             .storage()?;
-        let owner = owner
-            .map(|a| outbox_core::Account::parse(&a))
-            .transpose()
-            .map_err(|e| Error::new(ErrorKind::Internal, format!("outbox_events.account: {e}")))?;
-        event.check_revert_target(owner.as_ref())?;
+        event.check_revert_target(owner.as_deref())?;
     }
     // Safe without a counter row: the transaction holds (or, at the INSERT below,
     // must take) SQLite's single write lock; a deferred transaction whose snapshot went

@@ -11,96 +11,16 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::postgres::PgOutbox;
+use common::process::Process;
 use common::*;
 use outbox_core::{EventId, LedgerCommand, Metadata, NewEvent, RevertCommand};
 use outbox_ledger_dev::{DevLedger, DevLedgerConfig, WebhookBackoff, WebhookTarget};
 use outbox_transport_http::WEBHOOK_PATH;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 
 const MERCHANTS: [&str; 4] = ["e2e0", "e2e1", "e2e2", "e2e3"];
-
-/// A child process whose stdout is collected line by line.
-struct Process {
-    name: &'static str,
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-}
-
-impl Process {
-    async fn start(name: &'static str, args: &[String], ready: &str) -> Self {
-        let mut child = Command::new(outbox_binary())
-            .args(args)
-            .env("OUTBOX_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let mut reader = BufReader::new(child.stdout.take().unwrap()).lines();
-        let sink = lines.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = reader.next_line().await {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let mut process = Self { name, child, lines };
-        process.wait_for_line(ready).await;
-        process
-    }
-
-    async fn wait_for_line(&mut self, needle: &str) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if self
-                .lines
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|l| l.contains(needle))
-            {
-                return;
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("{} exited ({status}) before printing {needle:?}", self.name);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} never printed {needle:?}",
-                self.name
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// SIGTERM, then waits (bounded) for a clean exit.
-    async fn terminate(mut self) -> Vec<String> {
-        let pid = self.child.id().expect("running").to_string();
-        let status = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let exit = tokio::time::timeout(Duration::from_secs(60), self.child.wait())
-            .await
-            .unwrap_or_else(|_| panic!("{} did not stop after SIGTERM", self.name))
-            .unwrap();
-        assert!(exit.success(), "{} exited with {exit}", self.name);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        self.lines.lock().unwrap().clone()
-    }
-
-    /// SIGKILL: no chance to save anything.
-    async fn kill(mut self) {
-        self.child.kill().await.unwrap();
-    }
-}
 
 fn reachable(addr: &str) -> bool {
     addr.parse()

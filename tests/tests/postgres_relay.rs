@@ -5,12 +5,11 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::postgres::PgOutbox;
 use common::*;
-use outbox_core::{DeliveryOutcome, EventId, Ledger, OutboxEvent, Store};
+use outbox_core::{DeliveryOutcome, EventId, OutboxEvent, Store};
 use tokio::process::Child;
 
 fn relay(url: &str, ledger_url: &str, extra: &[&str]) -> Child {
@@ -26,38 +25,6 @@ where
     while !check().await {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Exactly one ledger transaction per event, and per account in sequence order.
-async fn assert_exactly_once_in_order(
-    ledger: &outbox_ledger_dev::RunningDevLedger,
-    events: &[OutboxEvent],
-) {
-    assert_eq!(
-        ledger.stats().transactions as usize,
-        events.len(),
-        "ledger transaction count"
-    );
-    let reader = client(ledger, Duration::from_secs(10));
-    let mut per_account: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
-    for event in events {
-        let tx = reader
-            .transaction_by_event_id(event.event_id)
-            .await
-            .unwrap();
-        let tx = tx.unwrap_or_else(|| panic!("event {} never reached the ledger", event.event_id));
-        per_account
-            .entry(event.account.to_string())
-            .or_default()
-            .push((event.sequence, tx.id));
-    }
-    for (account, mut pairs) in per_account {
-        pairs.sort_unstable();
-        assert!(
-            pairs.windows(2).all(|w| w[0].1 < w[1].1),
-            "{account} out of order: {pairs:?}"
-        );
     }
 }
 

@@ -399,16 +399,7 @@ impl Dispatcher {
             self.queues.stop(account);
             return Some(ExceptionKind::IdempotencyMismatch);
         }
-        let exhausted = self
-            .config
-            .max_attempts
-            .is_some_and(|max| head.failures + 1 >= max);
-        if err.is_transient() && !exhausted {
-            let retry_after = match err.retry() {
-                crate::Retry::Transient { after } => after,
-                _ => None,
-            };
-            let delay = self.config.backoff.delay(head.failures + 1, retry_after);
+        if let Some(delay) = self.retry_delay(head, err) {
             tracing::debug!(%event_id, %account, ?delay, error = %err, "transient failure: account parked");
             self.summary.retried += 1;
             self.queues.park(account, Instant::now() + delay);
@@ -420,20 +411,28 @@ impl Dispatcher {
         Some(ExceptionKind::Stopped)
     }
 
-    /// A refused head's notice failed: retry the notice (never the post) after a
-    /// backoff, or stop the account when it cannot succeed.
-    fn fail_notice(&mut self, head: &Pending, err: &Error) -> Option<ExceptionKind> {
-        let account = &head.event.account;
+    /// How long to wait before retrying `head` after `err`; `None` when it must not be
+    /// retried (a permanent error, or the attempts are spent in drain mode).
+    fn retry_delay(&self, head: &Pending, err: &Error) -> Option<Duration> {
         let exhausted = self
             .config
             .max_attempts
             .is_some_and(|max| head.failures + 1 >= max);
-        if err.is_transient() && !exhausted {
-            let retry_after = match err.retry() {
-                crate::Retry::Transient { after } => after,
-                _ => None,
-            };
-            let delay = self.config.backoff.delay(head.failures + 1, retry_after);
+        if !err.is_transient() || exhausted {
+            return None;
+        }
+        let retry_after = match err.retry() {
+            crate::Retry::Transient { after } => after,
+            _ => None,
+        };
+        Some(self.config.backoff.delay(head.failures + 1, retry_after))
+    }
+
+    /// A refused head's notice failed: retry the notice (never the post) after a
+    /// backoff, or stop the account when it cannot succeed.
+    fn fail_notice(&mut self, head: &Pending, err: &Error) -> Option<ExceptionKind> {
+        let account = &head.event.account;
+        if let Some(delay) = self.retry_delay(head, err) {
             tracing::warn!(event_id = %head.event.event_id, %account, ?delay, error = %err, "rejection notice failed: the notice (not the post) is retried");
             self.summary.retried += 1;
             self.queues.park_notice(account, Instant::now() + delay);

@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 
 use super::{Account, EventId, LedgerCommand, Payload, Position};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// An event to enqueue in the caller's transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,15 +38,20 @@ impl NewEvent {
         }
     }
 
-    /// Checks a revert against its target as the outbox holds it (`None`: not in the
-    /// outbox). A revert must follow its target in the same account's sequence: then
-    /// the relay sends it only after the target's outcome is known, and never reverts
-    /// a transaction that does not exist yet. Errors name the field `revert`.
-    pub fn check_revert_target(&self, target_account: Option<&Account>) -> Result<()> {
+    /// Checks a revert against its target's account as the outbox stores it (`None`:
+    /// the target is not in the outbox). A revert must follow its target in the same
+    /// account's sequence: then the relay sends it only after the target's outcome is
+    /// known, and never reverts a transaction that does not exist yet. Errors name the
+    /// field `revert`.
+    pub fn check_revert_target(&self, target_account: Option<&str>) -> Result<()> {
         let Some(target) = self.revert_target() else {
             return Ok(());
         };
-        match target_account {
+        let owner = target_account
+            .map(Account::parse)
+            .transpose()
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("outbox_events.account: {e}")))?;
+        match owner.as_ref() {
             None => Err(Error::invalid(
                 "revert",
                 format!(

@@ -84,4 +84,9 @@ impl Process {
         tokio::time::sleep(Duration::from_millis(100)).await;
         self.lines()
     }
+
+    /// SIGKILL: no chance to save anything.
+    pub async fn kill(mut self) {
+        self.child.kill().await.unwrap();
+    }
 }
