@@ -71,18 +71,30 @@ impl Command {
     }
 }
 
+/// Where the Formance ledger is and how to reach it (the relay, the catch-up).
+#[derive(Debug, Clone, clap::Args)]
+pub struct LedgerArgs {
+    /// Formance API root without /v2, e.g. http://127.0.0.1:3068
+    #[arg(id = "ledger_url", long = "ledger-url", env = "OUTBOX_LEDGER_URL")]
+    pub url: String,
+    #[arg(id = "ledger_name", long = "ledger-name", env = "OUTBOX_LEDGER_NAME")]
+    pub name: String,
+    /// Bearer token for the ledger API, if it needs one.
+    #[arg(
+        id = "ledger_token",
+        long = "ledger-token",
+        env = "OUTBOX_LEDGER_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct RelayArgs {
     #[arg(long, env = "OUTBOX_DATABASE")]
     pub database: String,
-    /// Formance API root without /v2, e.g. http://127.0.0.1:3068
-    #[arg(long, env = "OUTBOX_LEDGER_URL")]
-    pub ledger_url: String,
-    #[arg(long, env = "OUTBOX_LEDGER_NAME")]
-    pub ledger_name: String,
-    /// Bearer token for the ledger API, if it needs one.
-    #[arg(long, env = "OUTBOX_LEDGER_TOKEN", hide_env_values = true)]
-    pub ledger_token: Option<String>,
+    #[command(flatten)]
+    pub ledger: LedgerArgs,
     /// Create the ledger if it does not exist.
     #[arg(long)]
     pub create_ledger: bool,
@@ -145,14 +157,8 @@ pub struct CatchUpArgs {
     /// The fan-out store: sqlite://PATH or postgres://…[?schema=NAME]
     #[arg(long, env = "OUTBOX_DATABASE")]
     pub database: String,
-    /// Formance API root without /v2, e.g. http://127.0.0.1:3068
-    #[arg(long, env = "OUTBOX_LEDGER_URL")]
-    pub ledger_url: String,
-    #[arg(long, env = "OUTBOX_LEDGER_NAME")]
-    pub ledger_name: String,
-    /// Bearer token for the ledger API, if it needs one.
-    #[arg(long, env = "OUTBOX_LEDGER_TOKEN", hide_env_values = true)]
-    pub ledger_token: Option<String>,
+    #[command(flatten)]
+    pub ledger: LedgerArgs,
     /// Rescan from this log id (inclusive) instead of the checkpoint; the checkpoint
     /// never moves backwards.
     #[arg(long)]
@@ -269,4 +275,16 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
         .checked_mul(seconds)
         .map(std::time::Duration::from_secs)
         .ok_or_else(|| format!("{text:?} is too long"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// clap checks argument ids, conflicts and requirements only when a command is
+    /// built: a clash would otherwise surface as a panic of the binary at its first run.
+    #[test]
+    fn every_command_is_well_formed() {
+        super::Cli::command().debug_assert();
+    }
 }

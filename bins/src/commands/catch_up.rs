@@ -33,9 +33,9 @@ fn ledger_log(url: &str, name: &str, token: Option<&str>) -> Result<Arc<Formance
 /// (or only the report, as JSON).
 pub async fn run_once(args: CatchUpArgs) -> Result<()> {
     let log = ledger_log(
-        &args.ledger_url,
-        &args.ledger_name,
-        args.ledger_token.as_deref(),
+        &args.ledger.url,
+        &args.ledger.name,
+        args.ledger.token.as_deref(),
     )?;
     let store = wiring::fanout_store(&args.database).await?;
     let catch_up = CatchUp::new(store, log);
@@ -60,7 +60,7 @@ pub async fn run_once(args: CatchUpArgs) -> Result<()> {
         println!(
             "{}",
             serde_json::json!({
-                "ledger": args.ledger_name,
+                "ledger": args.ledger.name,
                 "after": report.after,
                 "through": report.through,
                 "logs": report.logs,
@@ -73,7 +73,7 @@ pub async fn run_once(args: CatchUpArgs) -> Result<()> {
     } else {
         println!(
             "catch-up {}: read {} log entries after {} through {}, {} messages: appended {}, duplicates {}; checkpoint {}",
-            args.ledger_name,
+            args.ledger.name,
             report.logs,
             report.after,
             report.through,

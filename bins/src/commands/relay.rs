@@ -36,10 +36,10 @@ pub async fn run(args: RelayArgs) -> Result<()> {
 /// arguments name.
 pub async fn relay(args: &RelayArgs) -> Result<Summary> {
     let database = wiring::database(&args.database)?;
-    let mut ledger_config = FormanceConfig::new(&args.ledger_url, &args.ledger_name);
+    let mut ledger_config = FormanceConfig::new(&args.ledger.url, &args.ledger.name);
     ledger_config.request_timeout_ms = args.request_timeout_ms;
     ledger_config.create_ledger_if_missing = args.create_ledger;
-    if let Some(token) = &args.ledger_token {
+    if let Some(token) = &args.ledger.token {
         ledger_config.auth = AuthConfig::Bearer {
             token: Secret::new(token.clone()),
         };
