@@ -3,12 +3,13 @@
 //! the client adds context (event id, endpoint) to what this returns.
 
 use chrono::{DateTime, Utc};
+use outbox_core::http_answer::{Answerer, is_transient_status};
 use outbox_core::{Error, ErrorKind};
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use serde::Deserialize;
 
-use crate::http_answer::{self, Answerer, is_transient_status, retry_after};
+use crate::http_answer::{self, retry_after};
 
 /// Refusals that no retry can change: the ledger understood the request and said no.
 /// `INTERPRETER_*` are the experimental interpreter's counterparts of `COMPILATION_FAILED`.
@@ -98,7 +99,7 @@ pub(crate) fn classify_answer(
     if !code.is_empty() {
         error = error.with("error_code", code);
     }
-    if is_transient_status(status) {
+    if is_transient_status(status.as_u16()) {
         error = error.transient(retry_after(headers, now));
     }
     Refusal::Failed(error)
@@ -166,7 +167,7 @@ pub(crate) fn classify_token_answer(
         error_description: String,
     }
     let answer: OAuthError = serde_json::from_slice(body).unwrap_or_default();
-    if is_transient_status(status) {
+    if is_transient_status(status.as_u16()) {
         return Error::new(
             ErrorKind::Transport,
             format!("the token endpoint answered {status}"),

@@ -5,9 +5,12 @@ mod bulk;
 mod client;
 mod config;
 mod error;
-pub mod http_answer;
+mod http_answer;
+mod ledger_events;
+mod ledger_log;
 mod logs;
 mod webhook;
+mod webhook_decoder;
 mod wire;
 
 pub use client::{FormanceLedger, IDEMPOTENCY_HIT_HEADER, IDEMPOTENCY_KEY_HEADER};
@@ -16,9 +19,12 @@ pub use config::{
     DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_WEBHOOK_TOLERANCE_SECS, FormanceConfig, OAuth2Config,
     Secret, WebhookConfig,
 };
+pub use ledger_events::{LedgerEvent, TraceContext, messages_from_log, messages_from_webhook};
+pub use ledger_log::FormanceLedgerLog;
 pub use logs::{LedgerLog, MAX_LOG_PAGE};
 pub use webhook::{
     DEFAULT_TOLERANCE, VerifiedWebhook, WEBHOOK_ID_HEADER, WEBHOOK_SIGNATURE_HEADER,
     WEBHOOK_TIMESTAMP_HEADER, WebhookHeaders, WebhookVerifier, sign,
 };
+pub use webhook_decoder::{FormanceWebhookDecoder, WEBHOOK_TEST_HEADER};
 pub use wire::{LedgerAccount, Volume};

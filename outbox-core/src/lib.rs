@@ -6,6 +6,7 @@ mod error;
 pub mod exception;
 pub mod fanout;
 pub mod fleet;
+pub mod http_answer;
 pub mod inbox;
 pub mod ledger;
 pub mod relay;

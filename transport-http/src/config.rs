@@ -1,53 +1,31 @@
 //! Settings of the three HTTP roles: the webhook receiver / intake
 //! ([`ReceiverConfig`]), the fan-out publisher ([`PublisherConfig`]) and the consumer's
-//! receiver ([`SubscriberConfig`]). Each `Debug` hides the secret.
+//! receiver ([`SubscriberConfig`]). Each `Debug` hides the secrets.
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-/// Webhook receiver settings.
+/// Webhook receiver settings. How a delivery is verified and read (secrets,
+/// timestamp tolerance) is the ledger adapter's [`outbox_core::fanout::WebhookDecoder`],
+/// given beside this.
 ///
 /// | field | default | meaning |
 /// | --- | --- | --- |
-/// | `listen` | `127.0.0.1:8091` | address to bind |
-/// | `secret` | — | the Formance webhook secret (its bytes are the HMAC key) |
-/// | `previous_secret` | none | during a rotation, the secret being replaced: deliveries signed with it are accepted too |
-/// | `tolerance` | 5 min | oldest (or furthest in the future) signature timestamp accepted |
-/// | `max_body_bytes` | 1 MiB | larger deliveries get 413 |
-#[derive(Clone)]
+/// | `listen` | — | address to bind (`127.0.0.1:0` picks a port) |
+/// | `max_body_bytes` | 1 MiB | larger deliveries get 413, before the decoder runs |
+#[derive(Debug, Clone)]
 pub struct ReceiverConfig {
     pub listen: SocketAddr,
-    pub secret: String,
-    pub previous_secret: Option<String>,
-    pub tolerance: Duration,
     pub max_body_bytes: usize,
 }
 
 impl ReceiverConfig {
-    pub fn new(listen: SocketAddr, secret: impl Into<String>) -> Self {
+    pub fn new(listen: SocketAddr) -> Self {
         Self {
             listen,
-            secret: secret.into(),
-            previous_secret: None,
-            tolerance: Duration::from_secs(300),
             max_body_bytes: 1 << 20,
         }
-    }
-}
-
-impl fmt::Debug for ReceiverConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReceiverConfig")
-            .field("listen", &self.listen)
-            .field("secret", &"<redacted>")
-            .field(
-                "previous_secret",
-                &self.previous_secret.as_ref().map(|_| "<redacted>"),
-            )
-            .field("tolerance", &self.tolerance)
-            .field("max_body_bytes", &self.max_body_bytes)
-            .finish()
     }
 }
 
@@ -57,7 +35,7 @@ impl fmt::Debug for ReceiverConfig {
 /// | --- | --- | --- |
 /// | `endpoint` | — | the subscriber's URL (`http://host:8092/hop2/messages`); credentials in it are never logged |
 /// | `secret` | — | OUR signing secret, shared with the subscriber (its bytes are the HMAC key) |
-/// | `timeout` | 30 s | whole-request timeout per message (Formance's webhook timeout) |
+/// | `timeout` | 30 s | whole-request timeout per message |
 /// | `connect_timeout` | 5 s | TCP connect timeout |
 #[derive(Clone)]
 pub struct PublisherConfig {
@@ -105,7 +83,7 @@ impl fmt::Debug for PublisherConfig {
 /// | field | default | meaning |
 /// | --- | --- | --- |
 /// | `listen` | — | address to bind (`127.0.0.1:0` picks a port; see `local_addr`) |
-/// | `secret` | — | the publisher's signing secret |
+/// | `secret` | — | the publisher's signing secret (its bytes are the HMAC key) |
 /// | `tolerance` | 5 min | oldest (or furthest in the future) signature timestamp accepted |
 /// | `max_body_bytes` | 1 MiB | larger messages get 413 |
 #[derive(Clone)]
@@ -121,7 +99,7 @@ impl SubscriberConfig {
         Self {
             listen,
             secret: secret.into(),
-            tolerance: Duration::from_secs(300),
+            tolerance: crate::signing::DEFAULT_TOLERANCE,
             max_body_bytes: 1 << 20,
         }
     }

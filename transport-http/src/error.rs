@@ -9,17 +9,21 @@
 //! | 408, 429, 5xx (and 3xx: redirects are not followed) | `Transport`, transient, `Retry-After` as `after` |
 //! | other 4xx | `Transport`, permanent, `status` in the context |
 //!
-//! This is the Formance webhooks service's own retry policy (FORMANCE.md §7), so a
-//! consumer behind our publisher sees the same behaviour as one behind Formance.
-//! `Retry-After`, the body snippet and the cause chain are read as the Formance
-//! client reads them (`outbox_ledger_formance::http_answer`).
+//! The same retry policy as a ledger's webhook sender commonly applies, so a consumer
+//! behind our publisher sees what it would see behind the ledger. The rules (which
+//! statuses may pass, `Retry-After`, the body snippet, the cause chain, the classes
+//! of no answer) are `outbox_core::http_answer`'s, shared with the ledger client.
 
 use axum::Json;
+use axum::http::header::RETRY_AFTER;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
+use outbox_core::http_answer::{
+    Answerer, NoAnswer, error_chain, is_redirection, is_transient_status, no_answer,
+    parse_retry_after,
+};
 use outbox_core::{Error, ErrorKind, Result};
-use outbox_ledger_formance::http_answer::{self, Answerer, retry_after};
 
 /// How error messages name the endpoint, and how much of an error answer's body
 /// they keep.
@@ -30,9 +34,16 @@ const ENDPOINT: Answerer = Answerer {
 };
 
 /// 408, 429, 5xx and 3xx may pass on a later attempt; every other non-2xx answers
-/// the same again.
-pub(crate) fn is_transient_status(status: StatusCode) -> bool {
-    http_answer::is_transient_status(status) || status.is_redirection()
+/// the same again. A 3xx is retried rather than dead-lettered: redirects are not
+/// followed (a redirected POST loses its body or its signature's meaning), and an
+/// operator fixing the endpoint lets the message through.
+fn is_retryable(status: StatusCode) -> bool {
+    is_transient_status(status.as_u16()) || is_redirection(status.as_u16())
+}
+
+/// The delay asked for by a readable `Retry-After` header.
+fn retry_after(headers: &HeaderMap, now: DateTime<Utc>) -> Option<std::time::Duration> {
+    parse_retry_after(headers.get(RETRY_AFTER)?.to_str().ok()?, now)
 }
 
 /// Classifies an endpoint's answer to one POST.
@@ -51,17 +62,28 @@ pub(crate) fn classify_answer(
     }
     let error = Error::new(ErrorKind::Transport, ENDPOINT.describe_body(status, body))
         .with("status", status.as_u16());
-    if is_transient_status(status) {
+    if is_retryable(status) {
         return Err(error.transient(retry_after(headers, now)));
     }
     Err(error)
 }
 
 /// A POST that got no answer. Connect errors, timeouts and broken exchanges are
-/// transient: the message carries a stable `formance-webhook-id`, so the consumer
-/// dedupes a retry of one that did arrive.
+/// transient: the message carries a stable `outbox-delivery-id`, so the consumer
+/// dedupes a retry of one that did arrive. The URL is left out of the message: it
+/// could carry credentials, and the caller's context names the endpoint.
 pub(crate) fn classify_transport(err: reqwest::Error) -> Error {
-    http_answer::classify_transport(err, "the endpoint may have applied it")
+    let err = err.without_url();
+    let why = if err.is_builder() {
+        NoAnswer::Unbuildable
+    } else if err.is_timeout() {
+        NoAnswer::Timeout
+    } else if err.is_connect() {
+        NoAnswer::Connect
+    } else {
+        NoAnswer::BrokenOff
+    };
+    no_answer(why, &error_chain(&err), "the endpoint may have applied it")
 }
 
 /// Our servers' answer when the sink did not take a delivery: 503 for a transient
@@ -133,8 +155,8 @@ mod tests {
         }
     }
 
-    /// The delay itself is read by `http_answer::retry_after` (tested there); here
-    /// only that it reaches the error.
+    /// The delay itself is read by `outbox_core::http_answer::parse_retry_after`
+    /// (tested there); here only that it reaches the error.
     #[test]
     fn retry_after_reaches_the_error() {
         assert_eq!(

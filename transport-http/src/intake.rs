@@ -1,10 +1,11 @@
-//! The webhook intake: the ledger's verified deliveries appended to the fan-out log,
-//! then the fan-out loop woken.
+//! The webhook intake: the ledger's verified deliveries (read by the ledger adapter's
+//! decoder) appended to the fan-out log, then the fan-out loop woken.
 
 use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use outbox_core::fanout::WebhookDecoder;
 use outbox_core::{FanoutMessage, FanoutStore, MessageSink, Result, Wakeup};
 
 use crate::config::ReceiverConfig;
@@ -73,15 +74,17 @@ impl MessageSink for FanoutIntake {
     }
 }
 
-/// Binds and serves the webhook intake: the verified receiver of [`start_receiver`]
-/// feeding a [`FanoutIntake`] over `store`.
+/// Binds and serves the webhook intake: the receiver of [`start_receiver`], reading
+/// deliveries with `decoder` (the ledger adapter's), feeding a [`FanoutIntake`] over
+/// `store`.
 ///
 /// # Errors
-/// `Config` when the secret is empty or the address cannot be bound.
+/// `Config` when the address cannot be bound.
 pub async fn start_intake(
     config: ReceiverConfig,
+    decoder: Arc<dyn WebhookDecoder>,
     store: Arc<dyn FanoutStore>,
     wakeup: Option<Wakeup>,
 ) -> Result<RunningReceiver> {
-    start_receiver(config, Arc::new(FanoutIntake::new(store, wakeup))).await
+    start_receiver(config, decoder, Arc::new(FanoutIntake::new(store, wakeup))).await
 }

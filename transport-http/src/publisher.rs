@@ -1,5 +1,5 @@
 //! `HttpPublisher`: the fan-out loop's sink for one subscriber endpoint, POSTing each
-//! message signed the way Formance signs its webhooks, with our own secret.
+//! message with our own signature (`crate::signing`).
 
 use std::fmt;
 
@@ -10,20 +10,20 @@ use chrono::Utc;
 use futures_util::future::join_all;
 use outbox_core::fanout::headers;
 use outbox_core::{Error, ErrorKind, FanoutMessage, Publisher, PublisherCapabilities, Result};
-use outbox_ledger_formance::{
-    Secret, WEBHOOK_ID_HEADER, WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TIMESTAMP_HEADER, sign,
-};
 use reqwest::{Client, Url, redirect};
 
 use crate::config::PublisherConfig;
 use crate::error::{classify_answer, classify_transport};
+use crate::signing::{
+    DELIVERY_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, non_empty_secret, sign,
+};
 
 /// Publishes Hop 2 messages to one HTTP endpoint (an [`crate::HttpSubscriber`] or any
-/// receiver that checks Formance-style signatures).
+/// receiver that checks our signature, `crate::signing`).
 ///
 /// Each message is one `POST`: the body is the payload bytes as stored, the identity
 /// travels in the `outbox-*` headers ([`outbox_core::fanout::headers`]), and
-/// `formance-webhook-id` is the message's [`FanoutMessage::dedup_key`], stable across
+/// `outbox-delivery-id` is the message's [`FanoutMessage::dedup_key`], stable across
 /// retries, so the receiver can dedupe. The timestamp and signature are fresh on
 /// every attempt.
 ///
@@ -34,7 +34,7 @@ pub struct HttpPublisher {
     client: Client,
     endpoint: Url,
     name: String,
-    secret: Secret,
+    secret: String,
 }
 
 impl HttpPublisher {
@@ -43,12 +43,7 @@ impl HttpPublisher {
     /// is empty or the HTTP client cannot be built.
     pub fn new(config: PublisherConfig) -> Result<Self> {
         let endpoint = endpoint(&config.endpoint)?;
-        if config.secret.is_empty() {
-            return Err(
-                Error::new(ErrorKind::Config, "the signing secret must not be empty")
-                    .with("field", "secret"),
-            );
-        }
+        non_empty_secret(&config.secret)?;
         let client = Client::builder()
             .timeout(config.timeout)
             .connect_timeout(config.connect_timeout)
@@ -66,7 +61,7 @@ impl HttpPublisher {
             name: redact_url(&endpoint),
             client,
             endpoint,
-            secret: Secret::new(config.secret),
+            secret: config.secret,
         })
     }
 
@@ -94,13 +89,8 @@ impl HttpPublisher {
     }
 
     fn request_headers(&self, message: &FanoutMessage, timestamp: i64) -> Result<HeaderMap> {
-        let webhook_id = message.dedup_key();
-        let signature = sign(
-            self.secret.expose(),
-            &webhook_id,
-            timestamp,
-            &message.payload,
-        );
+        let delivery_id = message.dedup_key();
+        let signature = sign(&self.secret, &delivery_id, timestamp, &message.payload);
         let mut map = HeaderMap::new();
         map.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         map.insert(
@@ -108,9 +98,9 @@ impl HttpPublisher {
             HeaderValue::from_static(concat!("outbox-transport-http/", env!("CARGO_PKG_VERSION"))),
         );
         let signed = [
-            (WEBHOOK_ID_HEADER, webhook_id),
-            (WEBHOOK_TIMESTAMP_HEADER, timestamp.to_string()),
-            (WEBHOOK_SIGNATURE_HEADER, signature),
+            (DELIVERY_ID_HEADER, delivery_id),
+            (TIMESTAMP_HEADER, timestamp.to_string()),
+            (SIGNATURE_HEADER, signature),
         ];
         for (name, value) in headers::encode(message).into_iter().chain(signed) {
             let value = HeaderValue::from_str(&value).map_err(|_| {
@@ -129,7 +119,7 @@ impl fmt::Debug for HttpPublisher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HttpPublisher")
             .field("endpoint", &self.name)
-            .field("secret", &self.secret)
+            .field("secret", &"<redacted>")
             .finish_non_exhaustive()
     }
 }
@@ -148,7 +138,7 @@ impl Publisher for HttpPublisher {
     /// One result per message, in input order; `Ok` only for a 2xx answer.
     ///
     /// Cancel safety: a dropped call may leave requests sent and unanswered; the loop
-    /// re-sends them under the same `formance-webhook-id`.
+    /// re-sends them under the same `outbox-delivery-id`.
     async fn publish(&self, messages: &[FanoutMessage]) -> Vec<Result<()>> {
         join_all(messages.iter().map(|message| async move {
             self.send(message).await.map_err(|e| {
@@ -191,7 +181,8 @@ pub(crate) fn redact_url(url: &Url) -> String {
 #[cfg(test)]
 mod tests {
     use outbox_core::{Account, MessageKind};
-    use outbox_ledger_formance::WebhookVerifier;
+
+    use crate::signing::{DEFAULT_TOLERANCE, Verifier};
 
     use super::*;
 
@@ -261,14 +252,27 @@ mod tests {
         let m = message();
         let now = Utc::now();
         let map = p.request_headers(&m, now.timestamp()).unwrap();
-        assert_eq!(map[WEBHOOK_ID_HEADER], "payouts:tx:41:committed");
+        assert_eq!(map[DELIVERY_ID_HEADER], "payouts:tx:41:committed");
         assert_eq!(map[headers::SEQUENCE], "3");
         assert_eq!(map[CONTENT_TYPE], "application/json");
-        let verified = WebhookVerifier::new("our-secret")
+        let verified = Verifier::new("our-secret", DEFAULT_TOLERANCE)
             .unwrap()
             .verify(&map, &m.payload, now)
             .unwrap();
-        assert_eq!(verified.id, m.dedup_key());
+        assert_eq!(verified, m.dedup_key());
+        // Our signature is named as ours: nothing in the request claims to be the
+        // ledger's webhook.
+        let names: Vec<&str> = map.keys().map(|name| name.as_str()).collect();
+        assert!(
+            names.iter().all(|name| !name.starts_with("formance-")),
+            "{names:?}"
+        );
+        assert!(
+            [DELIVERY_ID_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER]
+                .iter()
+                .all(|name| name.starts_with("outbox-") && names.contains(name)),
+            "{names:?}"
+        );
     }
 
     #[test]

@@ -1,10 +1,18 @@
-//! The webhook receiver: verify the Formance signature and age, parse, hand the
-//! messages to a [`MessageSink`] that applies or stores them durably, and only then
-//! answer 2xx.
+//! The webhook receiver: the ledger adapter's [`WebhookDecoder`] verifies and decodes
+//! each delivery, the messages go to a [`MessageSink`] that applies or stores them
+//! durably, and only then is the answer 2xx.
+//!
+//! | outcome | answer |
+//! | --- | --- |
+//! | body over `max_body_bytes` | 413, the decoder is not called |
+//! | decoder: `Unauthenticated` | 401 naming the header, nothing parsed or stored |
+//! | decoder: `Malformed` | 400 naming the field, nothing stored |
+//! | decoder: `Probe` | 200, nothing stored |
+//! | sink `Ok` | 204 |
+//! | sink error | 503 when transient, 500 otherwise: the ledger retries both |
 //!
 //! The sink's contract (`outbox_core::MessageSink`) is what makes the 2xx safe: it
-//! returns `Ok` only once the messages are durable. A transient sink error becomes
-//! 503 and a permanent one 500; the ledger retries both.
+//! returns `Ok` only once the messages are durable.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,20 +24,19 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use chrono::Utc;
+use outbox_core::fanout::{RequestHeaders, WebhookDecoder, WebhookDelivery, WebhookRefusal};
 use outbox_core::{Error, ErrorKind, MessageSink, Result};
-use outbox_ledger_formance::WebhookVerifier;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use crate::config::ReceiverConfig;
 use crate::error::{refuse, sink_refusal};
-use crate::ledger_events::{TraceContext, messages_from_webhook};
 
 /// Where the ledger's webhooks are POSTed.
 pub const WEBHOOK_PATH: &str = "/webhooks/ledger";
 
 struct AppState {
-    verifier: WebhookVerifier,
+    decoder: Arc<dyn WebhookDecoder>,
     sink: Arc<dyn MessageSink>,
 }
 
@@ -60,20 +67,17 @@ impl RunningReceiver {
     }
 }
 
-/// Binds and serves the receiver.
+/// Binds and serves the receiver: deliveries read by `decoder` (the ledger
+/// adapter's), their messages handed to `sink`.
 ///
 /// # Errors
-/// `Config` when a secret is empty or the address cannot be bound.
+/// `Config` when the address cannot be bound.
 pub async fn start_receiver(
     config: ReceiverConfig,
+    decoder: Arc<dyn WebhookDecoder>,
     sink: Arc<dyn MessageSink>,
 ) -> Result<RunningReceiver> {
-    let mut verifier =
-        WebhookVerifier::new(config.secret.clone())?.with_tolerance(config.tolerance);
-    if let Some(previous) = &config.previous_secret {
-        verifier = verifier.with_previous_secret(previous.clone())?;
-    }
-    let state = Arc::new(AppState { verifier, sink });
+    let state = Arc::new(AppState { decoder, sink });
     let app = Router::new()
         .route(WEBHOOK_PATH, post(receive))
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
@@ -96,24 +100,20 @@ pub async fn start_receiver(
 }
 
 async fn receive(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
-    // Verify before parsing or storing anything: unsigned input leaves no trace.
-    let delivery = match state.verifier.verify(&headers, &body, Utc::now()) {
-        Ok(delivery) => delivery,
-        Err(e) => return refuse(StatusCode::UNAUTHORIZED, &e),
+    let headers: RequestHeaders = headers
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_bytes()))
+        .collect();
+    // The decoder verifies before it parses; nothing is stored before it returns.
+    let (id, messages) = match state.decoder.decode(&headers, &body, Utc::now()) {
+        Ok(WebhookDelivery::Events { id, messages }) => (id, messages),
+        Ok(WebhookDelivery::Probe) => return StatusCode::OK.into_response(),
+        Err(WebhookRefusal::Unauthenticated(e)) => return refuse(StatusCode::UNAUTHORIZED, &e),
+        Err(WebhookRefusal::Malformed(e)) => return refuse(StatusCode::BAD_REQUEST, &e),
     };
-    if headers
-        .get("formance-webhook-test")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
-    {
-        return StatusCode::OK.into_response();
-    }
-    let messages = match messages_from_webhook(&body, &TraceContext::from_headers(&headers)) {
-        Ok(messages) => messages,
-        Err(e) => return refuse(StatusCode::BAD_REQUEST, &e),
-    };
-    match state.sink.accept(&delivery.id, messages).await {
+    match state.sink.accept(&id, messages).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => sink_refusal(&e.with("delivery", &delivery.id)),
+        Err(e) => sink_refusal(&e.with("delivery", &id)),
     }
 }
 

@@ -16,13 +16,13 @@ use axum::routing::post;
 use chrono::Utc;
 use outbox_core::fanout::headers;
 use outbox_core::{Error, ErrorKind, MessageSink, Result, Subscriber};
-use outbox_ledger_formance::WebhookVerifier;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::SubscriberConfig;
 use crate::error::{refuse, sink_refusal};
 use crate::receiver::bind;
+use crate::signing::Verifier;
 
 /// Where an [`crate::HttpPublisher`] POSTs Hop 2 messages.
 pub const MESSAGES_PATH: &str = "/hop2/messages";
@@ -32,7 +32,7 @@ pub const MESSAGES_PATH: &str = "/hop2/messages";
 /// | answer | when | the publisher |
 /// | --- | --- | --- |
 /// | 204 | the sink returned `Ok` (applied, or a duplicate) | done |
-/// | 401 | signature missing or wrong, timestamp outside the tolerance | permanent |
+/// | 401 | our signature (`outbox-signature`, `crate::signing`) missing or wrong, timestamp outside the tolerance | permanent |
 /// | 400 | an identity header missing or malformed (the body names it) | permanent |
 /// | 413 | body over `max_body_bytes` | permanent |
 /// | 422 | the sink can never apply the message (`InvalidInput`: a body that is not a ledger transaction, a float amount; the body names the field) | permanent |
@@ -44,7 +44,7 @@ pub const MESSAGES_PATH: &str = "/hop2/messages";
 /// publisher, which blocks that one account loudly.
 pub struct HttpSubscriber {
     config: SubscriberConfig,
-    verifier: WebhookVerifier,
+    verifier: Verifier,
     addr: SocketAddr,
     /// Bound by [`HttpSubscriber::bind`] and taken by the first `run`; a later `run`
     /// binds the same address again.
@@ -52,7 +52,7 @@ pub struct HttpSubscriber {
 }
 
 struct AppState {
-    verifier: WebhookVerifier,
+    verifier: Verifier,
     sink: Arc<dyn MessageSink>,
 }
 
@@ -63,8 +63,7 @@ impl HttpSubscriber {
     /// # Errors
     /// `Config` when the secret is empty or the address cannot be bound.
     pub async fn bind(config: SubscriberConfig) -> Result<Self> {
-        let verifier =
-            WebhookVerifier::new(config.secret.clone())?.with_tolerance(config.tolerance);
+        let verifier = Verifier::new(&config.secret, config.tolerance)?;
         let (listener, addr) = bind(config.listen).await?;
         Ok(Self {
             config,
@@ -144,8 +143,8 @@ impl Subscriber for HttpSubscriber {
 
 async fn receive(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
     // Verify before decoding or applying anything: unsigned input leaves no trace.
-    let delivery = match state.verifier.verify(&headers, &body, Utc::now()) {
-        Ok(delivery) => delivery,
+    let delivery_id = match state.verifier.verify(&headers, &body, Utc::now()) {
+        Ok(id) => id,
         Err(e) => return refuse(StatusCode::UNAUTHORIZED, &e),
     };
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
@@ -158,11 +157,11 @@ async fn receive(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
         message.account.clone(),
         message.sequence,
     );
-    match state.sink.accept(&delivery.id, vec![message]).await {
+    match state.sink.accept(&delivery_id, vec![message]).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => {
             let e = e
-                .with("delivery", &delivery.id)
+                .with("delivery", &delivery_id)
                 .with("instruction_id", instruction_id)
                 .with("account", account)
                 .with("sequence", sequence);

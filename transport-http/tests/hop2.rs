@@ -22,7 +22,7 @@ use outbox_transport_http::{
 use tokio::sync::{Barrier, watch};
 use tokio::task::JoinHandle;
 
-use common::{HOP2_SECRET, TRACEPARENT, committed, now, post_signed, rejection};
+use common::{HOP2_SECRET, TRACEPARENT, committed, now, post_hop2_signed, rejection};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 enum Answer {
@@ -191,7 +191,7 @@ async fn a_bad_signature_is_refused_before_the_sink() {
     assert_eq!(unsigned.status().as_u16(), 401);
 
     let body = br#"{"id":1}"#;
-    let (status, json) = post_signed(
+    let (status, json) = post_hop2_signed(
         &url,
         "payouts:tx:1:committed",
         now() - 600,
@@ -203,7 +203,7 @@ async fn a_bad_signature_is_refused_before_the_sink() {
     .await;
     assert_eq!(
         (status, json["field"].as_str()),
-        (401, Some("formance-webhook-timestamp"))
+        (401, Some("outbox-timestamp"))
     );
     assert_eq!(sink.calls(), 0, "the sink saw a refused message");
     running.stop().await;
@@ -220,7 +220,7 @@ async fn a_missing_identity_header_is_named_and_never_applied() {
         .filter(|(name, _)| *name != headers::SEQUENCE)
         .collect();
     let extra: Vec<(&str, &str)> = encoded.iter().map(|(n, v)| (*n, v.as_str())).collect();
-    let (status, json) = post_signed(
+    let (status, json) = post_hop2_signed(
         &url,
         &message.dedup_key(),
         now(),

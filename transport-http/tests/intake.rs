@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use outbox_core::{FanoutStore, MessageKind, StoredMessage, Wakeup};
+use outbox_ledger_formance::{FormanceWebhookDecoder, WebhookVerifier};
 use outbox_store_postgres::{PgConfig, PgFanoutStore};
 use outbox_store_sqlite::{SqliteConfig, SqliteFanoutStore};
 use outbox_transport_http::{ReceiverConfig, RunningReceiver, start_intake};
@@ -32,7 +33,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use tempfile::TempDir;
 
-use common::{LEDGER_SECRET, TRACEPARENT, now, post_signed};
+use common::{LEDGER_SECRET, TRACEPARENT, ledger_decoder, now, post_signed};
 
 const INSTRUCTION_ID: &str = "0190f2a0-7b1c-7cc2-8a4e-3f1d2c3b4a59";
 const TRACESTATE: &str = "rojo=00f067aa0ba902b7";
@@ -109,11 +110,16 @@ fn delivery_ids(path: &Path) -> Vec<String> {
 }
 
 async fn start(store: Arc<dyn FanoutStore>) -> RunningReceiver {
-    let mut config = ReceiverConfig::new(([127, 0, 0, 1], 0).into(), LEDGER_SECRET);
+    let mut config = ReceiverConfig::new(([127, 0, 0, 1], 0).into());
     config.max_body_bytes = 4096;
-    start_intake(config, store, Some(Wakeup::new()))
-        .await
-        .unwrap()
+    start_intake(
+        config,
+        ledger_decoder(LEDGER_SECRET),
+        store,
+        Some(Wakeup::new()),
+    )
+    .await
+    .unwrap()
 }
 
 /// POSTs `body` signed as delivery `id`; returns the status and the JSON answer.
@@ -308,11 +314,18 @@ const PREVIOUS_LEDGER_SECRET: &str = "b2xkLXNlY3JldC1vZi0yNC1ieXRlcy0x";
 #[tokio::test]
 async fn during_a_secret_rotation_either_secret_is_accepted_and_an_unknown_one_stores_nothing() {
     let db = Sqlite::open().await;
-    let mut config = ReceiverConfig::new(([127, 0, 0, 1], 0).into(), LEDGER_SECRET);
-    config.previous_secret = Some(PREVIOUS_LEDGER_SECRET.to_owned());
-    let receiver = start_intake(config, db.store.clone(), Some(Wakeup::new()))
-        .await
+    let rotating = WebhookVerifier::new(LEDGER_SECRET)
+        .unwrap()
+        .with_previous_secret(PREVIOUS_LEDGER_SECRET)
         .unwrap();
+    let receiver = start_intake(
+        ReceiverConfig::new(([127, 0, 0, 1], 0).into()),
+        Arc::new(FormanceWebhookDecoder::new(rotating)),
+        db.store.clone(),
+        Some(Wakeup::new()),
+    )
+    .await
+    .unwrap();
     let url = receiver.webhook_url();
 
     // A delivery signed with an unknown secret is refused before anything is stored.
@@ -391,11 +404,11 @@ async fn during_a_secret_rotation_either_secret_is_accepted_and_an_unknown_one_s
     );
     receiver.shutdown().await;
 
-    // An empty previous secret is a configuration error, not "anyone may sign".
-    let mut config = ReceiverConfig::new(([127, 0, 0, 1], 0).into(), LEDGER_SECRET);
-    config.previous_secret = Some(String::new());
-    let err = start_intake(config, db.store.clone(), None)
-        .await
+    // An empty previous secret is a configuration error, not "anyone may sign": no
+    // decoder, so no intake.
+    let err = WebhookVerifier::new(LEDGER_SECRET)
+        .unwrap()
+        .with_previous_secret("")
         .unwrap_err();
     assert_eq!(err.context("field"), Some("previous_secret"), "{err}");
 }

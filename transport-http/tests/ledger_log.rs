@@ -24,13 +24,13 @@ use outbox_core::{
 use outbox_ledger_dev::{
     DevLedger, DevLedgerConfig, RunningDevLedger, WebhookBackoff, WebhookTarget,
 };
-use outbox_ledger_formance::{FormanceConfig, FormanceLedger};
+use outbox_ledger_formance::{FormanceConfig, FormanceLedger, FormanceLedgerLog};
 use outbox_store_postgres::{PgConfig, PgFanoutStore};
 use outbox_store_sqlite::{SqliteConfig, SqliteFanoutStore};
-use outbox_transport_http::{FormanceLedgerLog, ReceiverConfig, RunningReceiver, start_intake};
+use outbox_transport_http::{ReceiverConfig, RunningReceiver, start_intake};
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
-use common::LEDGER_SECRET;
+use common::{LEDGER_SECRET, ledger_decoder};
 
 const LEDGER: &str = "payouts";
 
@@ -44,7 +44,8 @@ async fn sqlite_store(dir: &tempfile::TempDir, name: &str) -> Arc<dyn FanoutStor
 
 async fn intake(store: Arc<dyn FanoutStore>) -> RunningReceiver {
     start_intake(
-        ReceiverConfig::new(([127, 0, 0, 1], 0).into(), LEDGER_SECRET),
+        ReceiverConfig::new(([127, 0, 0, 1], 0).into()),
+        ledger_decoder(LEDGER_SECRET),
         store,
         None,
     )

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use outbox_core::{Error, ErrorKind, FanoutMessage, MessageSink, Result};
-use outbox_ledger_formance::sign;
+use outbox_ledger_formance::{FormanceWebhookDecoder, WebhookVerifier, sign};
 use outbox_transport_http::{ReceiverConfig, RunningReceiver, start_receiver};
 
 const SECRET: &str = "c2VjcmV0LXNlY3JldC1zZWNyZXQ=";
@@ -33,9 +33,12 @@ fn body() -> String {
 }
 
 async fn start(recorder: Arc<Recorder>) -> RunningReceiver {
-    let mut config = ReceiverConfig::new(([127, 0, 0, 1], 0).into(), SECRET);
+    let mut config = ReceiverConfig::new(([127, 0, 0, 1], 0).into());
     config.max_body_bytes = 4096;
-    start_receiver(config, recorder).await.unwrap()
+    let decoder = FormanceWebhookDecoder::new(WebhookVerifier::new(SECRET).unwrap());
+    start_receiver(config, Arc::new(decoder), recorder)
+        .await
+        .unwrap()
 }
 
 async fn deliver(

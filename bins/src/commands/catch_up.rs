@@ -1,14 +1,15 @@
 //! Catch-up from the ledger's log: `outbox fanout catch-up` (one run, printed), and
 //! the periodic run `outbox fanout --ledger-url` starts beside the intake and loops.
 //! Both append to the fan-out store what the webhooks never brought
-//! (`outbox_core::CatchUp`, reading `outbox_transport_http::FormanceLedgerLog`).
+//! (`outbox_core::CatchUp`, reading `outbox_ledger_formance::FormanceLedgerLog`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{CatchUp, FanoutMessage, FanoutStore, LedgerLogSource, Result, Wakeup};
-use outbox_ledger_formance::{AuthConfig, FormanceConfig, FormanceLedger, Secret};
-use outbox_transport_http::FormanceLedgerLog;
+use outbox_ledger_formance::{
+    AuthConfig, FormanceConfig, FormanceLedger, FormanceLedgerLog, Secret,
+};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 

@@ -13,7 +13,9 @@ use outbox_core::{
 use outbox_ledger_dev::{
     DevLedger, DevLedgerConfig, RunningDevLedger, WebhookBackoff, WebhookTarget,
 };
-use outbox_ledger_formance::{FormanceConfig, FormanceLedger};
+use outbox_ledger_formance::{
+    FormanceConfig, FormanceLedger, FormanceWebhookDecoder, WebhookVerifier,
+};
 use outbox_store_sqlite::{
     SqliteConfig, SqliteFanoutStore, SqliteStore, connect, enqueue, map_error,
 };
@@ -98,7 +100,10 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         reversal_seen: AtomicBool::new(false),
     });
     let receiver = start_receiver(
-        ReceiverConfig::new(([127, 0, 0, 1], 0).into(), secret.clone()),
+        ReceiverConfig::new(([127, 0, 0, 1], 0).into()),
+        Arc::new(FormanceWebhookDecoder::new(WebhookVerifier::new(
+            secret.clone(),
+        )?)),
         intake,
     )
     .await?;

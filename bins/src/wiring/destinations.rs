@@ -320,8 +320,9 @@ mod http {
     }
 }
 
-/// Serves the ledger webhook intake over `store`, waking the fan-out loops;
-/// `previous_secret`, during a rotation, is accepted beside `secret`.
+/// Serves the ledger webhook intake over `store`, waking the fan-out loops: the
+/// ledger's deliveries are Formance webhooks, verified against `secret` and, during a
+/// rotation, `previous_secret` too.
 #[cfg(feature = "http")]
 pub async fn start_intake(
     listen: std::net::SocketAddr,
@@ -331,8 +332,17 @@ pub async fn start_intake(
     store: Arc<dyn outbox_core::FanoutStore>,
     wakeup: outbox_core::Wakeup,
 ) -> Result<outbox_transport_http::RunningReceiver> {
-    let mut config = outbox_transport_http::ReceiverConfig::new(listen, secret);
-    config.previous_secret = previous_secret.map(str::to_owned);
-    config.tolerance = tolerance;
-    outbox_transport_http::start_intake(config, store, Some(wakeup)).await
+    use outbox_ledger_formance::{FormanceWebhookDecoder, WebhookVerifier};
+
+    let mut verifier = WebhookVerifier::new(secret)?.with_tolerance(tolerance);
+    if let Some(previous) = previous_secret {
+        verifier = verifier.with_previous_secret(previous)?;
+    }
+    outbox_transport_http::start_intake(
+        outbox_transport_http::ReceiverConfig::new(listen),
+        Arc::new(FormanceWebhookDecoder::new(verifier)),
+        store,
+        Some(wakeup),
+    )
+    .await
 }

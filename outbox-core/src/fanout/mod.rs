@@ -23,6 +23,7 @@ mod retry;
 mod set_aside;
 mod store;
 mod subscriber;
+mod webhook;
 
 pub use catch_up::{
     CatchUp, CatchUpReport, DEFAULT_CATCH_UP_PAGE, LedgerLogEntry, LedgerLogSource,
@@ -38,6 +39,7 @@ pub use publisher::{Publisher, PublisherCapabilities};
 pub use retry::StoreRetry;
 pub use store::{AppendOutcome, FanoutStore, StoredMessage};
 pub use subscriber::{MessageSink, Subscriber};
+pub use webhook::{RequestHeaders, WebhookDecoder, WebhookDelivery, WebhookRefusal};
 
 #[cfg(test)]
 mod catch_up_tests;

@@ -22,7 +22,9 @@ use outbox_core::{
 use outbox_ledger_dev::{
     DevLedger, DevLedgerConfig, RunningDevLedger, WebhookBackoff, WebhookTarget,
 };
-use outbox_ledger_formance::{FormanceConfig, FormanceLedger};
+use outbox_ledger_formance::{
+    FormanceConfig, FormanceLedger, FormanceWebhookDecoder, WebhookVerifier,
+};
 use outbox_store_sqlite::{SqliteConfig, SqliteStore, connect, enqueue};
 use outbox_transport_http::{ReceiverConfig, RunningReceiver, start_receiver};
 use tokio::sync::watch;
@@ -183,7 +185,10 @@ pub async fn consumer(dir: &Path) -> (TreasuryConsumer, RunningReceiver) {
     .await
     .unwrap();
     let receiver = start_receiver(
-        ReceiverConfig::new(([127, 0, 0, 1], 0).into(), SECRET),
+        ReceiverConfig::new(([127, 0, 0, 1], 0).into()),
+        Arc::new(FormanceWebhookDecoder::new(
+            WebhookVerifier::new(SECRET).unwrap(),
+        )),
         Arc::new(consumer.clone()),
     )
     .await

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use outbox_core::{LedgerLogEntry, LedgerLogSource, Result};
-use outbox_ledger_formance::FormanceLedger;
 
+use crate::client::FormanceLedger;
 use crate::ledger_events::messages_from_log;
 
 /// `GET /v2/{ledger}/logs` through [`FormanceLedger::logs_after`] (oldest first, one

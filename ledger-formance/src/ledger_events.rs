@@ -22,7 +22,7 @@
 //! notice's metadata) as compact JSON with object keys sorted at every level — the
 //! order the Formance webhooks service sends — so both sources give the same bytes.
 
-use axum::http::HeaderMap;
+use outbox_core::fanout::RequestHeaders;
 use outbox_core::fanout::headers::{TRACEPARENT, TRACESTATE};
 use outbox_core::{
     Account, Error, FanoutMessage, MessageKind, OUTBOX_ACCOUNT_KEY, OUTBOX_EVENT_ID_KEY,
@@ -56,11 +56,12 @@ pub struct TraceContext {
 
 impl TraceContext {
     /// The trace headers of a request; absent, empty or non-text ones are `None`.
-    pub fn from_headers(headers: &HeaderMap) -> Self {
+    pub fn from_headers(headers: &RequestHeaders) -> Self {
         let text = |name: &str| {
             headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
+                .text(name)
+                .ok()
+                .flatten()
                 .map(str::trim)
                 .filter(|v| !v.is_empty())
                 .map(str::to_owned)
@@ -302,8 +303,6 @@ fn outbox_message(
 
 #[cfg(test)]
 mod tests {
-    use axum::http::HeaderValue;
-
     use super::*;
 
     const TRACEPARENT_VALUE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -352,9 +351,10 @@ mod tests {
 
     #[test]
     fn trace_context_of_the_delivery_is_carried() {
-        let mut headers = HeaderMap::new();
-        headers.insert(TRACEPARENT, HeaderValue::from_static(TRACEPARENT_VALUE));
-        headers.insert(TRACESTATE, HeaderValue::from_static("vendor=abc"));
+        let headers: RequestHeaders =
+            [(TRACEPARENT, TRACEPARENT_VALUE), (TRACESTATE, "vendor=abc")]
+                .into_iter()
+                .collect();
         let trace = TraceContext::from_headers(&headers);
         let messages = messages_from_webhook(&committed(&outbox_metadata("e")), &trace).unwrap();
         assert_eq!(
@@ -365,7 +365,7 @@ mod tests {
             (Some(TRACEPARENT_VALUE), Some("vendor=abc"))
         );
         assert_eq!(
-            TraceContext::from_headers(&HeaderMap::new()),
+            TraceContext::from_headers(&RequestHeaders::new()),
             TraceContext::default()
         );
     }
