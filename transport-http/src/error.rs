@@ -9,7 +9,7 @@
 //! | 408, 429, 5xx (and 3xx: redirects are not followed) | `Transport`, transient, `Retry-After` as `after` |
 //! | other 4xx | `Transport`, permanent, `status` in the context |
 //!
-//! This is the Formance webhooks service's own retry policy (FORMANCE.md §7), so a
+//! This is the Formance webhooks service's own retry policy (docs/LEDGER.md#the-webhook-retry-policy), so a
 //! consumer behind our publisher sees the same behaviour as one behind Formance.
 //! `Retry-After`, the body snippet and the cause chain are read as the Formance
 //! client reads them (`outbox_ledger_formance::http_answer`).
