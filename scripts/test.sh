@@ -38,6 +38,9 @@ cargo fmt --all -- --check
 step "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
+step "cargo doc (workspace, all features, warnings are errors)"
+RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace --no-deps --all-features
+
 step "cargo test (workspace, all features)"
 # --no-fail-fast: one failing test binary does not hide the others' results.
 set +e

@@ -187,7 +187,7 @@ pub struct FanoutArgs {
     #[arg(long, default_value_t = 300)]
     pub tolerance_secs: u64,
     /// A destination; repeat for several, each with its own cursor:
-    /// kafka://HOST:PORT[,HOST:PORT]/TOPIC[?partitions=N],
+    /// kafka://HOST:PORT[,HOST:PORT...]/TOPIC[?partitions=N],
     /// amqp://USER:PASS@HOST:PORT/VHOST?exchange=NAME[&queues=N],
     /// http(s)://HOST/PATH (signed with --publish-secret).
     #[arg(long = "to", required = true)]

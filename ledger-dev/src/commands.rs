@@ -1,7 +1,7 @@
 //! Request bodies parsed into normalised commands.
 //!
 //! A command is what the controller runs *and* what the idempotency hash covers
-//! (FORMANCE.md §2): key order, whitespace and date spellings of the raw body do not
+//! (docs/LEDGER.md#idempotency-keys): key order, whitespace and date spellings of the raw body do not
 //! reach it; postings order, amounts, metadata, reference, timestamp and `force` do.
 
 use std::collections::BTreeMap;

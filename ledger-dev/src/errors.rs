@@ -1,5 +1,5 @@
 //! The Formance error envelope: `{"errorCode", "errorMessage"}` with the status the
-//! real ledger uses for each code (FORMANCE.md §4).
+//! real ledger uses for each code (docs/LEDGER.md#error-codes).
 
 use axum::Json;
 use axum::http::StatusCode;

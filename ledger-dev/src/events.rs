@@ -1,6 +1,6 @@
 //! Ledger events and the webhook body the Formance webhooks service POSTs.
 //!
-//! Body format (FORMANCE.md §7, contracts README):
+//! Body format (docs/LEDGER.md#webhook-deliveries):
 //! `{"idempotency_key":"","date":…,"app":"ledger","version":"v2","type":"ledger.committed_transactions","payload":{…}}`
 //! - the envelope keeps struct order; `type` is `lower(app) + "." + lower(type)`;
 //! - the payload went through a Go `any`: object keys sorted at every level, numbers

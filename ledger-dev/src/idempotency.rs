@@ -1,4 +1,4 @@
-//! `Idempotency-Key` semantics (FORMANCE.md §2): one key space per ledger for every
+//! `Idempotency-Key` semantics (docs/LEDGER.md#idempotency-keys): one key space per ledger for every
 //! logged write; the key and a hash of the normalised command are stored with the
 //! log on success only; a replay with the same hash answers the stored result, a
 //! different hash is 400 VALIDATION.

@@ -26,7 +26,7 @@ pub(crate) struct Log {
 }
 
 /// What a log entry records. Snapshots are kept as they were at commit time: an
-/// idempotent replay answers with them, not with the current state (FORMANCE.md §2).
+/// idempotent replay answers with them, not with the current state (docs/LEDGER.md#idempotency-keys).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "data", rename_all = "SCREAMING_SNAKE_CASE")]
 pub(crate) enum LogData {

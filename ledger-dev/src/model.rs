@@ -1,6 +1,6 @@
 //! The JSON shapes the ledger answers with: `Transaction`, volumes, accounts.
 //!
-//! Field order follows the Go structs (FORMANCE.md §1) so responses read like the
+//! Field order follows the Go structs (docs/LEDGER.md#creating-a-transaction) so responses read like the
 //! real ledger's; clients must not depend on it, but diffs against captures are easier.
 
 use std::collections::BTreeMap;

@@ -1,6 +1,6 @@
 //! The Numscript subset the dev ledger compiles and runs.
 //!
-//! Supported (FORMANCE.md §8):
+//! Supported (docs/LEDGER.md#numscript):
 //! - `vars { … }` with `monetary`, `account`, `string` and `number` variables;
 //! - `send [ASSET AMOUNT] ( … )` or `send $monetary ( … )`;
 //! - `source = @addr | $account | @world`, optionally `allowing unbounded overdraft`

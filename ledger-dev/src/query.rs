@@ -2,7 +2,7 @@
 //! subset we use: `$match`, `$exists`, `$and`, `$or`, `$not`, and on logs also
 //! `$lt`, `$lte`, `$gt`, `$gte` (on `id` and `date`).
 //!
-//! Address patterns (FORMANCE.md §6): an empty segment matches any one segment with
+//! Address patterns (docs/LEDGER.md#balances-and-address-patterns): an empty segment matches any one segment with
 //! the segment count fixed (`merchants::available`), and a trailing `...` matches
 //! any number of further segments (`merchants:...`). So `merchants:4471:` matches
 //! `merchants:4471:available` but not `merchants:4471:payouts:pending`.

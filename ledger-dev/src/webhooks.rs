@@ -1,4 +1,4 @@
-//! Webhook deliveries, as the Formance webhooks service makes them (FORMANCE.md §7).
+//! Webhook deliveries, as the Formance webhooks service makes them (docs/LEDGER.md#webhook-deliveries).
 //!
 //! One delivery per event and endpoint, with a UUID that stays the same across its
 //! retries. Each attempt is signed afresh (the timestamp changes). 2xx is success;

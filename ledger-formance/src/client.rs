@@ -290,7 +290,7 @@ impl FormanceLedger {
             .collect())
     }
 
-    /// Resolves a 409 `CONFLICT` on a create (FORMANCE.md §2 caveat): when a duplicate
+    /// Resolves a 409 `CONFLICT` on a create (docs/LEDGER.md#references-and-the-409): when a duplicate
     /// of this very event raced the first post, the loser hits the reference index
     /// before the idempotency lookup. The transaction holding the reference tells
     /// which: if it carries this event id, the event is in the ledger.

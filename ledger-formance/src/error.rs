@@ -25,7 +25,7 @@ const BUSINESS_CODES: [&str; 7] = [
 
 /// Formance answers an idempotency key reused with another body with a plain
 /// 400 `VALIDATION`; only the message tells it apart from a malformed request
-/// (`invalid idempotency hash when using idempotency key '…'`, FORMANCE.md §2).
+/// (`invalid idempotency hash when using idempotency key '…'`, docs/LEDGER.md#idempotency-keys).
 const MISMATCH_MARKER: &str = "invalid idempotency hash";
 
 /// The ledger as error messages name it, for an answer without a Formance error

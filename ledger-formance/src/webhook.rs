@@ -1,11 +1,11 @@
-//! Verification of the webhooks the Formance webhooks service sends (the scheme is
-//! described under "Webhook verification" in this crate's README).
+//! Verification of the webhooks the Formance webhooks service sends
+//! (docs/LEDGER.md#the-webhook-signature).
 //!
 //! The signature is `v1,` + base64(HMAC-SHA256(key, `"<id>.<timestamp>.<raw body>"`))
 //! where the key is the secret's text bytes **as-is** — unlike Svix or Standard
 //! Webhooks, the secret is not base64-decoded first. Formance itself never checks the
 //! timestamp's age, so a captured delivery could be replayed forever; the tolerance
-//! here closes that. Verify before storing anything.
+//! here closes that (docs/ARCHITECTURE.md, P10). Verify before storing anything.
 
 use std::fmt;
 use std::time::Duration;

@@ -305,7 +305,7 @@ async fn a_reference_conflict_from_the_same_event_resolves_as_a_replay() {
         Some(reference),
         Metadata::new(),
     );
-    // The race of FORMANCE.md §2: the same event landed under another key first, so
+    // The race of docs/LEDGER.md#references-and-the-409: the same event landed under another key first, so
     // the idempotency lookup misses and the reference index answers 409.
     let first = accepted(ledger.post(EventId::new(), &body).await.unwrap());
     let outcome = ledger.post(event, &body).await.unwrap();

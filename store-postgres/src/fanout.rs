@@ -29,8 +29,8 @@ pub const DEFAULT_APPEND_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 ///
 /// A sequence value is drawn when a row is inserted, not when it commits: append A
 /// draws position 10, append B draws 11 and commits first, a reader reads 11 and saves
-/// its cursor, then A commits 10 behind the cursor and is never read (DESIGN.md §6
-/// pitfall 1). So every append first takes a transaction-scoped advisory lock whose key
+/// its cursor, then A commits 10 behind the cursor and is never read (pitfall P1 in
+/// docs/ARCHITECTURE.md). So every append first takes a transaction-scoped advisory lock whose key
 /// is derived from the schema of `fanout_messages` (`hashtextextended('<schema>.fanout_append', 0)`),
 /// and draws its positions only under it. PostgreSQL marks a transaction committed
 /// (visible to new snapshots) before it releases the transaction's locks, so the next

@@ -1,4 +1,4 @@
-//! What stalls the xmin-gated reader (DESIGN.md pitfall 3): the transactions holding
+//! What stalls the xmin-gated reader (docs/ARCHITECTURE.md, pitfall P3): the transactions holding
 //! the snapshot horizon, and how much committed outbox data waits behind them.
 //!
 //! The reader returns rows whose txid is below `pg_snapshot_xmin(pg_current_snapshot())`,

@@ -1,6 +1,6 @@
 //! Daily range partitions of `outbox_events` and `outbox_deliveries` on `event_id`.
 //!
-//! These are *table* partitions for retention (DESIGN.md pitfall 9: old data leaves
+//! These are *table* partitions for retention (docs/ARCHITECTURE.md, P9: old data leaves
 //! by dropping a partition, never by DELETE), not the fleet's account partitions.
 //! Event ids are UUID v7, whose first 48 bits are unix milliseconds, so the range
 //! `[day_bound(d), day_bound(d + 1))` holds exactly the ids minted on UTC day `d`.

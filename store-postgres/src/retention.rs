@@ -1,5 +1,5 @@
 //! Retention: old outbox data leaves by dropping whole daily partitions, never by a
-//! row DELETE (DESIGN pitfall 9), and only once every event in a partition has a
+//! row DELETE (docs/ARCHITECTURE.md, P9), and only once every event in a partition has a
 //! terminal delivery outcome.
 
 use chrono::{DateTime, NaiveDate, Utc};

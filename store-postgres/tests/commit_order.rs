@@ -1,4 +1,4 @@
-//! DESIGN.md pitfall 1, on a real server: a row whose transaction commits after a row
+//! Pitfall P1 (docs/ARCHITECTURE.md), on a real server: a row whose transaction commits after a row
 //! with a higher position must still be delivered, exactly once — and one account's
 //! rows must come out in sequence order even when their transactions got their xids
 //! in the other order.

@@ -1,4 +1,4 @@
-//! DESIGN.md pitfall 3: a long transaction stalls the xmin-gated reader, and
+//! Pitfall P3 (docs/ARCHITECTURE.md): a long transaction stalls the xmin-gated reader, and
 //! `PgStore::horizon()` shows who and for how long.
 
 mod common;

@@ -1,4 +1,4 @@
--- ledger-outbox SQLite schema, version 1. DESIGN.md §4.
+-- ledger-outbox SQLite schema, version 1 (docs/ARCHITECTURE.md#data-model).
 
 -- The outbox: insert-only. SQLite's single writer makes position order equal commit
 -- order. A plain rowid key (max + 1) never reuses a committed position because the

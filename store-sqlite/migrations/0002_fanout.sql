@@ -1,4 +1,4 @@
--- ledger-outbox SQLite schema, version 2: the Hop 2 fan-out log (DESIGN.md §1).
+-- ledger-outbox SQLite schema, version 2: the Hop 2 fan-out log (docs/ARCHITECTURE.md#data-model).
 --
 -- The webhook intake appends the ledger's events here, one transaction per webhook
 -- delivery; the fan-out loop reads them after one cursor per transport.

@@ -415,7 +415,7 @@ pub async fn messages_and_deliveries_refuse_update_and_delete(h: &impl FanoutSto
     );
 }
 
-/// DESIGN.md §6 pitfall 1 on the fan-out log: many deliveries committing at once while
+/// Pitfall P1 (docs/ARCHITECTURE.md) on the fan-out log: many deliveries committing at once while
 /// a reader follows `read_after` and `save_cursor`, as the fan-out loop does. A
 /// position committed after the reader passed a higher one would be lost for good.
 pub async fn concurrent_appends_reach_a_following_reader_exactly_once(h: &impl FanoutStoreHarness) {

@@ -128,7 +128,7 @@ pub async fn skipped_number_is_held_then_released_in_order<H: InboxHarness>(h: &
 }
 
 pub async fn reversal_before_posting_is_held_then_applied<H: InboxHarness>(h: &H) {
-    // DESIGN §5: the reversal (sequence 2) of the $485,000 payout (sequence 1) arrives first.
+    // docs/ARCHITECTURE.md#the-reference-scenario: the reversal (sequence 2) of the $485,000 payout (sequence 1) arrives first.
     assert_eq!(
         accept_ok(h, "rev-1", 2, MessageKind::Reverted, 48_500_000).await,
         Accepted::Held { waiting_for: 1 }

@@ -1,4 +1,4 @@
-//! DESIGN §5 end to end, as a user runs it: `outbox demo` on a fresh folder, then every
+//! The reference scenario (docs/ARCHITECTURE.md) end to end, as a user runs it: `outbox demo` on a fresh folder, then every
 //! claim of its summary checked again from the files it left behind.
 
 mod common;

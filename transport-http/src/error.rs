@@ -9,10 +9,11 @@
 //! | 408, 429, 5xx (and 3xx: redirects are not followed) | `Transport`, transient, `Retry-After` as `after` |
 //! | other 4xx | `Transport`, permanent, `status` in the context |
 //!
-//! The same retry policy as a ledger's webhook sender commonly applies, so a consumer
-//! behind our publisher sees what it would see behind the ledger. The rules (which
-//! statuses may pass, `Retry-After`, the body snippet, the cause chain, the classes
-//! of no answer) are `outbox_core::http_answer`'s, shared with the ledger client.
+//! The same retry policy as a ledger's webhook sender commonly applies
+//! (docs/LEDGER.md#the-webhook-retry-policy), so a consumer behind our publisher sees
+//! what it would see behind the ledger. The rules (which statuses may pass,
+//! `Retry-After`, the body snippet, the cause chain, the classes of no answer) are
+//! `outbox_core::http_answer`'s, shared with the ledger client.
 
 use axum::Json;
 use axum::http::header::RETRY_AFTER;

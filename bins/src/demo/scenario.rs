@@ -1,11 +1,11 @@
-//! The demo's payouts: DESIGN §5's reference scenario plus generated payouts.
+//! The demo's payouts: the reference scenario (docs/ARCHITECTURE.md) plus generated payouts.
 
 use outbox_core::{
     Account, Amount, Asset, EventId, LedgerCommand, Metadata, NewEvent, PostBody, PostCommand,
     Posting, RevertCommand,
 };
 
-/// The reference merchant of DESIGN §5.
+/// The reference merchant (docs/ARCHITECTURE.md#the-reference-scenario).
 pub const REFERENCE_MERCHANT: u32 = 4471;
 /// $485,000.00 in USD/2 minor units.
 pub const REFERENCE_AMOUNT: u64 = 48_500_000;
@@ -101,7 +101,7 @@ impl Scenario {
         }
         let mut events = Vec::new();
 
-        // DESIGN §5: merchant 4471, two genuine $485,000 payouts and a reversal of the first.
+        // The reference scenario: merchant 4471, two genuine $485,000 payouts and a reversal of the first.
         let m = REFERENCE_MERCHANT;
         events.push(funding(m, 2 * REFERENCE_AMOUNT + 1_000_000));
         let a = payout(

@@ -78,7 +78,7 @@ impl Contracts {
         .expect("read the committed-transactions schema");
         let mut event: Value = serde_json::from_str(&text).expect("the event schema is JSON");
         // The generated schema renders Go's *big.Int as `{"type":"object"}`; on the
-        // wire it is a JSON number (contracts README), so check it as one.
+        // wire it is a JSON number (docs/LEDGER.md#conventions), so check it as one.
         event["$defs"]["Int"] = json!({"type": "integer"});
         let committed_transactions = jsonschema::options()
             .should_validate_formats(true)

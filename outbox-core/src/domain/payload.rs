@@ -1,7 +1,7 @@
 //! The stored outbox payload: the exact bytes the relay sends.
 //!
 //! Formance hashes the normalised command under an idempotency key, so a re-send must
-//! carry the same body: the relay never rebuilds it from mutable state (DESIGN §6.5).
+//! carry the same body: the relay never rebuilds it from mutable state (docs/ARCHITECTURE.md, P5).
 
 use std::fmt;
 

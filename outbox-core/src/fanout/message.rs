@@ -28,7 +28,7 @@ pub struct FanoutMessage {
 
 impl FanoutMessage {
     /// The intake's second dedup key besides the webhook id: the ledger re-emits a
-    /// transaction on an idempotent replay (FORMANCE.md §2) under a new webhook id.
+    /// transaction on an idempotent replay (docs/LEDGER.md#events-and-replays) under a new webhook id.
     ///
     /// `<ledger>:tx:<id>:<kind>` for transactions, `<ledger>:rejected:<instruction id>`
     /// for rejection notices (they have no transaction).

@@ -26,7 +26,7 @@
 //! Streamed events carry `Position::Log { lsn, row }`: `lsn` is the commit LSN of the event's transaction
 //! (the start of its commit record, as pgoutput's Begin and Commit report it), `row` is
 //! `outbox_events.position`. Commit LSNs are the only globally ordered thing in the WAL
-//! (DESIGN §6.4), so they order transactions; rows order the events inside one, which is
+//! (docs/ARCHITECTURE.md, P4), so they order transactions; rows order the events inside one, which is
 //! their insert order because `position` is `DEFAULT nextval()`. A decoded row that
 //! breaks that order stops the relay with an `Internal` error rather than risk a skip.
 //!
@@ -89,7 +89,7 @@
 //! - the slot: logical, plugin `pgoutput`, this database, WAL not lost. Anything else
 //!   is a `Config` error naming the slot.
 //!
-//! A slot that resumes after the saved cursor means events were lost (DESIGN §6.4: a
+//! A slot that resumes after the saved cursor means events were lost (pitfall P4: a
 //! re-created slot starts at the present). The relay refuses to start, with a
 //! `Config` error starting "events lost" and naming the slot, when:
 //! - the slot is missing but the relay has a cursor (it never re-creates it then);

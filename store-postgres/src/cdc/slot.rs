@@ -210,7 +210,7 @@ pub(crate) async fn verify(
     }
 }
 
-/// DESIGN §6.4: a slot made now starts now; everything committed between the old
+/// Pitfall P4 (docs/ARCHITECTURE.md): a slot made now starts now; everything committed between the old
 /// slot's end and this moment would never be streamed.
 fn missing_slot(config: &CdcConfig, cursor: Position) -> Error {
     let name = &config.slot;
