@@ -90,7 +90,15 @@ impl HttpPublisher {
 
     fn request_headers(&self, message: &FanoutMessage, timestamp: i64) -> Result<HeaderMap> {
         let delivery_id = message.dedup_key();
-        let signature = sign(&self.secret, &delivery_id, timestamp, &message.payload);
+        let identity = headers::encode(message);
+        let identity: Vec<(&str, &str)> = identity.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let signature = sign(
+            &self.secret,
+            &delivery_id,
+            timestamp,
+            &identity,
+            &message.payload,
+        );
         let mut map = HeaderMap::new();
         map.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         map.insert(

@@ -6,7 +6,15 @@
 //! | --- | --- |
 //! | `outbox-delivery-id` | the message's dedup key, stable across retries: dedupe on it |
 //! | `outbox-timestamp` | unix seconds of this attempt; signed, checked against the tolerance |
-//! | `outbox-signature` | `v1,` + base64(HMAC-SHA256(secret, `"<delivery id>.<timestamp>.<raw body>"`)); several space-separated entries may be sent, one matching entry passes |
+//! | `outbox-signature` | `v1,` + base64(HMAC-SHA256(secret, `"<delivery id>.<timestamp>.<identity>.<raw body>"`)); several space-separated entries may be sent, one matching entry passes |
+//!
+//! `<identity>` is every header of [`SIGNED_HEADERS`] (the message's identity:
+//! instruction id, account, sequence, kind, ledger, ledger transaction), in that
+//! order, each as `name:value\n` with its value exactly as sent (empty when absent).
+//! The identity is signed because a consumer's inbox dedupes on the instruction id
+//! and orders by account and sequence: were they outside the signature, a message
+//! captured on the wire could be replayed within the tolerance under a new
+//! instruction id and applied twice. Trace context is not signed (it moves no money).
 //!
 //! The key is the secret's text bytes as they are (no base64 decoding). A receiver
 //! refuses a timestamp more than its tolerance (5 minutes) before or after its clock,
@@ -19,6 +27,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
+use outbox_core::fanout::headers;
 use outbox_core::{Error, ErrorKind, Result};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
@@ -34,14 +43,53 @@ pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
 
 const SCHEME: &str = "v1,";
 
+/// The identity headers the signature covers, in the order they are signed.
+pub const SIGNED_HEADERS: [&str; 6] = [
+    headers::INSTRUCTION_ID,
+    headers::ACCOUNT,
+    headers::SEQUENCE,
+    headers::EVENT_TYPE,
+    headers::LEDGER,
+    headers::LEDGER_TX_ID,
+];
+
 type HmacSha256 = Hmac<Sha256>;
 
-/// The `outbox-signature` value for one attempt: `v1,<base64>`.
-pub fn sign(secret: &str, delivery_id: &str, timestamp: i64, body: &[u8]) -> String {
+/// The `outbox-signature` value for one attempt: `v1,<base64>`. `identity` holds the
+/// message's headers as they will be sent (name, value); only [`SIGNED_HEADERS`]
+/// count, and one that is not there is signed as empty.
+pub fn sign(
+    secret: &str,
+    delivery_id: &str,
+    timestamp: i64,
+    identity: &[(&str, &str)],
+    body: &[u8],
+) -> String {
+    let identity = signed_identity(|name| {
+        identity
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+    });
     format!(
         "{SCHEME}{}",
-        STANDARD.encode(tag(secret, delivery_id, &timestamp.to_string(), body))
+        STANDARD.encode(tag(
+            secret,
+            delivery_id,
+            &timestamp.to_string(),
+            &identity,
+            body
+        ))
     )
+}
+
+/// `name:value\n` for every signed header, in order; `value_of` gives a header's
+/// value as sent.
+fn signed_identity<'a>(value_of: impl Fn(&str) -> Option<&'a str>) -> String {
+    SIGNED_HEADERS
+        .iter()
+        .map(|name| format!("{name}:{}\n", value_of(name).unwrap_or("")))
+        .collect()
 }
 
 /// Refuses an empty secret, which anyone could sign with.
@@ -111,8 +159,11 @@ impl Verifier {
             ));
         }
 
-        // The timestamp is signed as sent, not as re-formatted from its parsed value.
-        let expected = tag(&self.secret, id, timestamp_text, body);
+        // The timestamp is signed as sent, not as re-formatted from its parsed value;
+        // so are the identity headers (a value that is not text signs as empty, and
+        // then fails the match below or the header check after it).
+        let identity = signed_identity(|name| headers.get(name).and_then(|v| v.to_str().ok()));
+        let expected = tag(&self.secret, id, timestamp_text, &identity, body);
         let mut candidates = signatures
             .split_ascii_whitespace()
             .filter_map(|entry| entry.strip_prefix(SCHEME))
@@ -149,12 +200,14 @@ impl std::fmt::Debug for Verifier {
     }
 }
 
-fn tag(secret: &str, id: &str, timestamp: &str, body: &[u8]) -> [u8; 32] {
+fn tag(secret: &str, id: &str, timestamp: &str, identity: &str, body: &[u8]) -> [u8; 32] {
     let mut mac =
         HmacSha256::new_from_slice(secret.as_bytes()).expect("HMAC takes a key of any length");
     mac.update(id.as_bytes());
     mac.update(b".");
     mac.update(timestamp.as_bytes());
+    mac.update(b".");
+    mac.update(identity.as_bytes());
     mac.update(b".");
     mac.update(body);
     mac.finalize().into_bytes().into()
@@ -197,12 +250,34 @@ mod tests {
     }
 
     #[test]
-    fn the_signature_is_hmac_sha256_of_id_timestamp_and_body_keyed_with_the_secret_text() {
-        // Computed independently: printf 'payouts:tx:41:committed.1700000000.{"id":41}' |
+    fn the_signature_is_hmac_sha256_of_id_timestamp_identity_and_body_keyed_with_the_secret_text() {
+        // Computed independently:
+        //   printf 'payouts:tx:41:committed.1700000000.outbox-instruction-id:0190f2a0-7b1c-7cc2-8a4e-000000000041\noutbox-account:merchants:4471\noutbox-sequence:3\noutbox-event-type:committed\noutbox-ledger:payouts\noutbox-ledger-tx-id:41\n.{"id":41}' |
         //   openssl dgst -sha256 -hmac 'aG9wMi1zZWNyZXQtb2YtMjQtYnl0ZXM=' -binary | base64
+        let identity = [
+            ("outbox-ledger-tx-id", "41"),
+            ("outbox-account", "merchants:4471"),
+            (
+                "outbox-instruction-id",
+                "0190f2a0-7b1c-7cc2-8a4e-000000000041",
+            ),
+            ("outbox-sequence", "3"),
+            ("outbox-event-type", "committed"),
+            ("outbox-ledger", "payouts"),
+            (
+                "traceparent",
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            ),
+        ];
         assert_eq!(
-            sign(SECRET, "payouts:tx:41:committed", 1_700_000_000, BODY),
-            "v1,PA+i925XpH9WSAWi9fDyqyIMjfclBXD8kEUfyp9s+v4="
+            sign(
+                SECRET,
+                "payouts:tx:41:committed",
+                1_700_000_000,
+                &identity,
+                BODY
+            ),
+            "v1,sDUfAbtoMo/Prcf0Aq5ak9K/X5BA/Y20BFIieQiIoRQ="
         );
     }
 
@@ -210,10 +285,10 @@ mod tests {
     fn a_fresh_signature_verifies_to_its_delivery_id() {
         let now = Utc::now();
         let ts = now.timestamp();
-        let signed = headers("d-1", ts, &sign(SECRET, "d-1", ts, BODY));
+        let signed = headers("d-1", ts, &sign(SECRET, "d-1", ts, &[], BODY));
         assert_eq!(verifier().verify(&signed, BODY, now).unwrap(), "d-1");
         // Another entry beside the matching one (a publisher mid-rotation) passes too.
-        let both = format!("v1,AAAA {}", sign(SECRET, "d-1", ts, BODY));
+        let both = format!("v1,AAAA {}", sign(SECRET, "d-1", ts, &[], BODY));
         let signed = headers("d-1", ts, &both);
         assert_eq!(verifier().verify(&signed, BODY, now).unwrap(), "d-1");
     }
@@ -229,19 +304,19 @@ mod tests {
                 .field()
                 .map(str::to_owned)
         };
-        let good = sign(SECRET, "d-1", ts, BODY);
+        let good = sign(SECRET, "d-1", ts, &[], BODY);
         let signature = Some(SIGNATURE_HEADER.to_owned());
         assert_eq!(field(&headers("d-1", ts, &good), b"{}"), signature);
-        let other = sign("another-secret", "d-1", ts, BODY);
+        let other = sign("another-secret", "d-1", ts, &[], BODY);
         assert_eq!(field(&headers("d-1", ts, &other), BODY), signature);
         assert_eq!(field(&headers("d-2", ts, &good), BODY), signature);
         assert_eq!(field(&headers("d-1", ts, "v2,abc"), BODY), signature);
-        let stale = sign(SECRET, "d-1", ts - 301, BODY);
+        let stale = sign(SECRET, "d-1", ts - 301, &[], BODY);
         assert_eq!(
             field(&headers("d-1", ts - 301, &stale), BODY),
             Some(TIMESTAMP_HEADER.to_owned())
         );
-        let future = sign(SECRET, "d-1", ts + 301, BODY);
+        let future = sign(SECRET, "d-1", ts + 301, &[], BODY);
         assert_eq!(
             field(&headers("d-1", ts + 301, &future), BODY),
             Some(TIMESTAMP_HEADER.to_owned())

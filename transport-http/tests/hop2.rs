@@ -464,3 +464,86 @@ async fn an_oversized_message_is_refused_before_the_sink() {
     assert_eq!(sink.calls(), 0);
     running.stop().await;
 }
+
+/// An endpoint that keeps the last request it got (headers and body) and answers 204.
+async fn capture_endpoint() -> (String, Arc<Mutex<Option<(HeaderMap, Vec<u8>)>>>) {
+    let captured: Arc<Mutex<Option<(HeaderMap, Vec<u8>)>>> = Arc::default();
+    let keep = captured.clone();
+    let app = Router::new().route(
+        MESSAGES_PATH,
+        post(move |headers: HeaderMap, body: axum::body::Bytes| {
+            let keep = keep.clone();
+            async move {
+                *keep.lock().unwrap() = Some((headers, body.to_vec()));
+                StatusCode::NO_CONTENT
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}{MESSAGES_PATH}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, captured)
+}
+
+/// A message captured on the wire and replayed within the tolerance with another
+/// instruction id, account, sequence, kind or transaction is refused: the signature
+/// covers the identity headers, so a replay cannot make a consumer apply the same
+/// payout again under a new instruction id (its inbox dedupes on that id).
+#[tokio::test]
+async fn a_replay_with_altered_identity_headers_is_refused() {
+    let (capture_url, captured) = capture_endpoint().await;
+    let message = committed("merchants:4471", 1, 1);
+    let sent = publisher(&capture_url, HOP2_SECRET)
+        .publish(std::slice::from_ref(&message))
+        .await;
+    assert!(sent[0].is_ok(), "{sent:?}");
+    let (wire_headers, body) = captured.lock().unwrap().take().expect("captured");
+
+    let sink = Arc::new(Recorder::default());
+    let running = subscriber(sink.clone()).await;
+    let url = running.subscriber.url();
+    let replay = |altered: Option<(&'static str, &'static str)>| {
+        let mut headers = wire_headers.clone();
+        headers.remove("host");
+        headers.remove("content-length");
+        if let Some((name, value)) = altered {
+            headers.insert(name, value.parse().unwrap());
+        }
+        let (url, body) = (url.clone(), body.clone());
+        async move {
+            let response = reqwest::Client::new()
+                .post(&url)
+                .headers(headers)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let json: serde_json::Value = response.json().await.unwrap_or_default();
+            (status, json)
+        }
+    };
+    assert_eq!(replay(None).await.0, 204, "the message as sent is taken");
+    for altered in [
+        (
+            headers::INSTRUCTION_ID,
+            "0190f2a0-7b1c-7cc2-8a4e-000000000999",
+        ),
+        (headers::ACCOUNT, "merchants:9999"),
+        (headers::SEQUENCE, "2"),
+        (headers::EVENT_TYPE, "reverted"),
+        (headers::LEDGER, "other-ledger"),
+        (headers::LEDGER_TX_ID, "77"),
+    ] {
+        let (status, json) = replay(Some(altered)).await;
+        assert_eq!(
+            (status, json["field"].as_str()),
+            (401, Some("outbox-signature")),
+            "{} altered to {:?} was taken: {json}",
+            altered.0,
+            altered.1
+        );
+    }
+    assert_eq!(sink.got().len(), 1, "only the message as sent was applied");
+    running.stop().await;
+}

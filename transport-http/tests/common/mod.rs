@@ -79,7 +79,7 @@ pub async fn post_hop2_signed(
         .header(TIMESTAMP_HEADER, timestamp.to_string())
         .header(
             SIGNATURE_HEADER,
-            outbox_transport_http::sign(secret, id, timestamp, signed),
+            outbox_transport_http::sign(secret, id, timestamp, extra, signed),
         );
     for (name, value) in extra {
         request = request.header(*name, *value);
