@@ -465,9 +465,12 @@ async fn an_oversized_message_is_refused_before_the_sink() {
     running.stop().await;
 }
 
-/// An endpoint that keeps the last request it got (headers and body) and answers 204.
-async fn capture_endpoint() -> (String, Arc<Mutex<Option<(HeaderMap, Vec<u8>)>>>) {
-    let captured: Arc<Mutex<Option<(HeaderMap, Vec<u8>)>>> = Arc::default();
+/// The last request a capture endpoint got: headers and body.
+type Captured = Arc<Mutex<Option<(HeaderMap, Vec<u8>)>>>;
+
+/// An endpoint that keeps the last request it got and answers 204.
+async fn capture_endpoint() -> (String, Captured) {
+    let captured: Captured = Arc::default();
     let keep = captured.clone();
     let app = Router::new().route(
         MESSAGES_PATH,
