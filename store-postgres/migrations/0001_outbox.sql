@@ -1,4 +1,4 @@
--- ledger-outbox PostgreSQL schema, version 1. DESIGN.md §4, decisions in README.md.
+-- ledger-outbox PostgreSQL schema, version 1 (docs/ARCHITECTURE.md, "Data model"); decisions in README.md.
 --
 -- Every name below is unqualified: the tables land in the first schema of the
 -- migrating connection's search_path (`PgConfig::schema`), and the functions pin that
@@ -13,7 +13,7 @@ BEGIN
     RAISE EXCEPTION USING
         ERRCODE = 'OB001',
         MESSAGE = format('%s is append-only: %s refused', TG_ARGV[0], TG_OP),
-        HINT = 'old rows leave by dropping whole partitions (DESIGN.md pitfall 9)';
+        HINT = 'old rows leave by dropping whole partitions (docs/ARCHITECTURE.md, P9)';
 END
 $$;
 
@@ -30,7 +30,7 @@ $$;
 -- The outbox: insert-only.
 --
 -- payload is bytea, not jsonb: jsonb would normalise the bytes (key order, spacing)
--- and the ledger hashes the body under the idempotency key (DESIGN.md pitfall 5).
+-- and the ledger hashes the body under the idempotency key (docs/ARCHITECTURE.md, P5).
 --
 -- txid orders the commit-order-safe reader: rows are read by (txid, position) below
 -- pg_snapshot_xmin, so a transaction still running can never be overtaken. enqueue

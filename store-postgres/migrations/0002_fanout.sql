@@ -1,4 +1,4 @@
--- ledger-outbox PostgreSQL schema, version 2: the Hop 2 fan-out log (DESIGN.md §1).
+-- ledger-outbox PostgreSQL schema, version 2: the Hop 2 fan-out log (docs/ARCHITECTURE.md, "The two hops").
 --
 -- The webhook intake appends the ledger's events here, one transaction per webhook
 -- delivery; the fan-out loop reads them after one cursor per transport. Names are
@@ -20,7 +20,7 @@ CREATE TRIGGER fanout_deliveries_no_truncate BEFORE TRUNCATE ON fanout_deliverie
 -- position comes from fanout_position_seq, drawn by an append while it holds the
 -- schema's fan-out append lock (a transaction-scoped advisory lock, see
 -- src/fanout.rs), so positions become visible in commit order and a
--- `position > cursor` reader never skips a late commit (DESIGN.md pitfall 1).
+-- `position > cursor` reader never skips a late commit (docs/ARCHITECTURE.md, P1).
 -- Rolled-back appends leave gaps; readers do not care.
 --
 -- payload is bytea, not jsonb: transports carry the webhook's bytes unchanged, and
