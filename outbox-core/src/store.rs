@@ -90,6 +90,14 @@ pub fn fold_delivery_states(records: Vec<DeliveryRecord>) -> HashMap<EventId, De
     states
 }
 
+/// The name of the dispatcher's "@attempted" horizon for the relay cursor `cursor`:
+/// the highest position it read for sending. Events after the cursor and up to it may
+/// have reached the ledger before a crash (the uncertain window). Saved and loaded
+/// through [`Store::save_cursor`] like any cursor, so the same rule holds.
+pub fn attempted_cursor(cursor: &str) -> String {
+    format!("{cursor}@attempted")
+}
+
 /// How far a relay is behind the outbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Lag {
@@ -125,11 +133,32 @@ impl StoreCapabilities {
 ///   itself refuses UPDATE and DELETE of `outbox_events` and `outbox_deliveries`.
 /// - [`Store::read_committed`] returns only committed events, in commit order, and never
 ///   skips an event that commits after an event with a higher position.
-/// - Cursor, delivery and exception writes are durable when the call returns.
-/// - A cursor only ever moves forward: `save_cursor` with a position at or before the
-///   saved one leaves the saved one in place (two writers can never move it back).
+/// - Positions are the store's own ([`crate::Position`]): it encodes them so that their
+///   order is its commit order, and accepts back every position it handed out (read,
+///   enqueued or loaded). A position another store made is refused with an error.
+/// - Cursors follow [the cursor rule](#cursors) below.
+/// - Delivery and exception writes are durable when the call returns.
 /// - Errors from lock contention or I/O are [`crate::Retry::Transient`].
 /// - Every method is cancel-safe: dropping its future either completes or has no effect.
+///
+/// # Cursors
+/// A cursor is a named, durable position: how far a reader of the outbox got. The
+/// store owns every relay-side cursor, whoever moves it: a relay's progress
+/// ([`crate::Relay::acknowledge`] saves it here), the dispatcher's "@attempted"
+/// horizon ([`attempted_cursor`]), a fleet's partition cursors, and the records a
+/// store keeps for relays of its own (the Postgres CDC relay writes its cursor through
+/// the same code as its `save_cursor`). One rule holds for every one of them:
+/// - **Monotonic**: a save replaces the saved position only with a later one. A save
+///   at or before it succeeds and changes nothing, so a retried save, a slower writer
+///   or a stale instance never moves a cursor back.
+/// - **Durable on return**: once `save_cursor` returns `Ok`, every later
+///   `load_cursor`, in this process or after a crash, returns that position (byte for
+///   byte) or a later one.
+/// - **Fenced where the fleet fences**: a store view that runs one fleet partition
+///   (see [`crate::fleet`]) writes only while its instance still owns that partition,
+///   and otherwise fails without moving the cursor; outside a fleet there is no fence
+///   (one relay per name is the single-instance lock's job).
+/// - Names are opaque text and independent: a save under one name never moves another.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     fn capabilities(&self) -> StoreCapabilities;
@@ -141,11 +170,16 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<OutboxEvent>>;
 
-    /// The saved position of relay `relay`, `None` before its first save.
+    /// The saved position of cursor `relay`, `None` before its first save.
     async fn load_cursor(&self, relay: &str) -> Result<Option<crate::Position>>;
 
-    /// Saves `position` for `relay` if it is after the saved one (a cursor never moves
-    /// back); call only after the outcomes up to it are recorded.
+    /// Saves `position` as cursor `relay` by [the cursor rule](#cursors): only forward,
+    /// durable on return, fenced on a fleet partition's view. A relay calls it only
+    /// once the outcomes up to `position` are recorded.
+    ///
+    /// # Errors
+    /// `Internal` for a position this store did not make; on a fenced view, `Storage`
+    /// naming the relay when the partition is no longer owned; transient storage errors.
     async fn save_cursor(&self, relay: &str, position: crate::Position) -> Result<()>;
 
     /// Appends delivery records, all or none.

@@ -7,13 +7,26 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use chrono::Utc;
 
-use crate::domain::{Account, EventId, Metadata, NewEvent, OutboxEvent, Position};
+use crate::domain::{
+    Account, EventId, Metadata, NewEvent, OutboxEvent, Position, PositionDecoder, PositionEncoder,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exception::{Exception, NewException};
 use crate::ledger::{
     Balances, BulkItem, Ledger, LedgerCapabilities, LedgerTransaction, PostOutcome,
 };
 use crate::store::{DeliveryOutcome, DeliveryRecord, Lag, Store, StoreCapabilities};
+
+/// The memory store's positions: the row number, defined here as any store defines
+/// its own.
+pub(crate) fn row_position(row: i64) -> Position {
+    PositionEncoder::new().i64(row).finish(|bytes, f| {
+        match PositionDecoder::from_bytes(bytes).i64() {
+            Some(row) => write!(f, "row {row}"),
+            None => write!(f, "{bytes:?}"),
+        }
+    })
+}
 
 #[derive(Default)]
 pub(crate) struct MemoryState {
@@ -35,7 +48,7 @@ impl MemoryStore {
         let sequence = s.events.iter().filter(|e| e.account == new.account).count() as u64 + 1;
         let (event_id, payload) = new.encode(sequence).unwrap();
         let event = OutboxEvent {
-            position: Position::Row(s.events.len() as i64 + 1),
+            position: row_position(s.events.len() as i64 + 1),
             event_id,
             account: new.account.clone(),
             sequence,

@@ -49,7 +49,7 @@ use outbox_core::{
 };
 use outbox_ledger_formance::{FormanceConfig, FormanceLedger};
 use outbox_store_postgres::cdc::{CdcConfig, CdcRelay};
-use outbox_store_postgres::{NOTIFY_CHANNEL, PgConfig, PgStore, enqueue};
+use outbox_store_postgres::{NOTIFY_CHANNEL, PgConfig, PgPosition, PgStore, enqueue};
 use outbox_testkit::fixtures::payout;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection, PgPool, Row};
@@ -416,9 +416,12 @@ async fn end_position(pool: &PgPool) -> Option<Position> {
     .fetch_optional(pool)
     .await
     .unwrap();
-    row.map(|(txid, row)| Position::Snapshot {
-        txid: txid.parse().unwrap(),
-        row,
+    row.map(|(txid, row)| {
+        PgPosition::Snapshot {
+            txid: txid.parse().unwrap(),
+            row,
+        }
+        .encode()
     })
 }
 

@@ -1,11 +1,11 @@
 //! `enqueue`: writes an outbox row in the caller's own transaction.
 
-use outbox_core::{Error, ErrorKind, NewEvent, OutboxEvent, Payload, Position};
+use outbox_core::{Error, ErrorKind, NewEvent, OutboxEvent, Payload};
 use sqlx::{Connection, PgConnection, Row};
 
 use crate::error::PgResultExt;
 use crate::notify::NOTIFY_CHANNEL;
-use crate::position::{parse_xid8, xid8_text};
+use crate::position::{PgPosition, parse_xid8, xid8_text};
 
 /// Checks the caller-supplied id and takes the account's next sequence, in one round
 /// trip.
@@ -175,10 +175,11 @@ pub async fn enqueue_with(
         .storage()
         .map_err(|e| e.with("event_id", event_id).with("account", &event.account))?;
     Ok(OutboxEvent {
-        position: Position::Snapshot {
+        position: PgPosition::Snapshot {
             txid,
             row: inserted.get("position"),
-        },
+        }
+        .encode(),
         event_id,
         account: event.account.clone(),
         sequence,

@@ -13,14 +13,19 @@
 //! moves into a fleet the same way (its single cursor is "generation 0" with one
 //! partition).
 
+use outbox_core::store::attempted_cursor;
 use outbox_core::{Error, ErrorKind, Position, Result, Store};
 use sqlx::{Acquire, PgConnection};
 
 use crate::error::PgResultExt;
+use crate::position::PgPosition;
 use crate::store::PgStore;
 
-/// Where every partition starts when a fleet's first layout is created.
-const ORIGIN: Position = Position::Snapshot { txid: 0, row: 0 };
+/// Where every partition starts when a fleet's first layout is created: before every
+/// row (real xids start at 3).
+fn origin() -> Position {
+    PgPosition::Snapshot { txid: 0, row: 0 }.encode()
+}
 
 /// A fleet's layout: partition count and generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,7 +120,7 @@ pub async fn establish_layout(
                 insert_layout(&mut tx, relay, first).await?;
                 for partition in 0..first.partitions {
                     store
-                        .save_cursor(&first.cursor_name(relay, partition), ORIGIN)
+                        .save_cursor(&first.cursor_name(relay, partition), origin())
                         .await?;
                 }
                 tx.commit().await.storage()?;
@@ -148,7 +153,7 @@ pub async fn establish_layout(
         store.save_cursor(&name, cursor).await?;
         if let Some(attempted) = attempted {
             store
-                .save_cursor(&format!("{name}@attempted"), attempted)
+                .save_cursor(&attempted_cursor(&name), attempted)
                 .await?;
         }
     }
@@ -177,12 +182,12 @@ async fn merged_frontier(
     for source in old.sources(next.partitions, partition) {
         let name = old.cursor_name(relay, source);
         // A partition without a cursor has delivered nothing: from the origin.
-        let saved = store.load_cursor(&name).await?.unwrap_or(ORIGIN);
+        let saved = store.load_cursor(&name).await?.unwrap_or_else(origin);
         cursor = Some(cursor.map_or(saved, |c| c.min(saved)));
-        let horizon = store.load_cursor(&format!("{name}@attempted")).await?;
+        let horizon = store.load_cursor(&attempted_cursor(&name)).await?;
         attempted = attempted.max(horizon).max(Some(saved));
     }
-    Ok((cursor.unwrap_or(ORIGIN), attempted))
+    Ok((cursor.unwrap_or_else(origin), attempted))
 }
 
 async fn current_layout(conn: &mut PgConnection, relay: &str) -> Result<Option<FleetLayout>> {

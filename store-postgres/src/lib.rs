@@ -3,6 +3,7 @@
 pub mod cdc;
 mod config;
 mod connection;
+mod cursors;
 mod enqueue;
 mod error;
 mod fanout;
@@ -29,6 +30,7 @@ pub use horizon::{Horizon, HorizonHolder};
 pub use inbox::PgInbox;
 pub use notify::NOTIFY_CHANNEL;
 pub use partitions::{PartitionBounds, TablePartition};
+pub use position::PgPosition;
 pub use relay_lock::{LockMode, PgRelayLock};
 pub use retention::{RetentionReport, drop_expired};
 pub use store::PgStore;

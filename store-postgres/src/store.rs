@@ -19,12 +19,13 @@ use uuid::Uuid;
 
 use crate::config::PgConfig;
 use crate::connection::{connect, ensure_current_partitions, run_migrations};
+use crate::cursors::CursorTable;
 use crate::error::PgResultExt;
 use crate::fleet::Fence;
 use crate::horizon::{self, Horizon};
 use crate::notify;
 use crate::partitions::{self, TablePartition};
-use crate::position::{lsn_text, parse_lsn, parse_xid8, snapshot_after, xid8_text};
+use crate::position::{PgPosition, parse_xid8, snapshot_after, xid8_text};
 
 /// The outbox store on PostgreSQL. Cheap to clone; clones share one pool, one
 /// LISTEN task and one partition-maintenance task, which stop when the last clone is
@@ -47,6 +48,8 @@ struct Scope {
 
 struct Inner {
     pool: PgPool,
+    /// Every cursor read and write goes through it (the crate's one cursor owner).
+    cursors: CursorTable,
     config: Option<PgConfig>,
     wakeup: Wakeup,
     /// Set once the LISTEN task runs.
@@ -100,6 +103,7 @@ impl PgStore {
         Self {
             inner: Arc::new(Inner {
                 pool,
+                cursors: CursorTable::on_search_path(),
                 config,
                 wakeup: Wakeup::new(),
                 listening: OnceCell::new(),
@@ -237,23 +241,6 @@ impl PgStore {
     }
 }
 
-impl PgStore {
-    /// Whether the fencing session still holds partition `fence.partition`'s lock.
-    async fn fence_held(&self, fence: Fence) -> outbox_core::Result<bool> {
-        sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_locks
-                 WHERE locktype = 'advisory' AND granted AND pid = $1
-                   AND classid = $2::int4::oid AND objid = $3::int4::oid AND objsubid = 2)",
-        )
-        .bind(fence.holder_pid)
-        .bind(fence.lock_class)
-        .bind(fence.partition as i32)
-        .fetch_one(&self.inner.pool)
-        .await
-        .storage()
-    }
-}
-
 fn corrupt(column: &str, e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Internal, format!("{column}: {e}"))
 }
@@ -273,10 +260,11 @@ fn event_from_row(row: &PgRow) -> outbox_core::Result<OutboxEvent> {
     let txid: String = row.get("txid_text");
     let account: String = row.get("account");
     Ok(OutboxEvent {
-        position: Position::Snapshot {
+        position: PgPosition::Snapshot {
             txid: parse_xid8("outbox_events.txid", &txid)?,
             row: row.get("position"),
-        },
+        }
+        .encode(),
         event_id: EventId::from_uuid(row.get::<Uuid, _>("event_id"))
             .map_err(|e| corrupt("outbox_events.event_id", e))?,
         account: Account::parse(&account).map_err(|e| corrupt("outbox_events.account", e))?,
@@ -383,93 +371,19 @@ impl Store for PgStore {
     }
 
     async fn load_cursor(&self, relay: &str) -> outbox_core::Result<Option<Position>> {
-        let row = sqlx::query(
-            "SELECT position, txid::text AS txid, lsn::text AS lsn FROM relay_cursors WHERE relay = $1",
-        )
-        .bind(relay)
-        .fetch_optional(&self.inner.pool)
-        .await
-        .storage()?;
-        let Some(row) = row else { return Ok(None) };
-        let position: i64 = row.get("position");
-        let txid: Option<String> = row.get("txid");
-        let lsn: Option<String> = row.get("lsn");
-        Ok(Some(match (txid, lsn) {
-            (Some(txid), _) => Position::Snapshot {
-                txid: parse_xid8("relay_cursors.txid", &txid)?,
-                row: position,
-            },
-            (None, Some(lsn)) => Position::Log {
-                lsn: parse_lsn("relay_cursors.lsn", &lsn)?,
-                row: position,
-            },
-            (None, None) => {
-                return Err(corrupt(
-                    "relay_cursors",
-                    format!("cursor {relay:?} has neither txid nor lsn"),
-                ));
-            }
-        }))
+        let saved = self.inner.cursors.load(&self.inner.pool, relay).await?;
+        Ok(saved.map(PgPosition::encode))
     }
 
+    /// Through the crate's cursor table: forward only in `PgPosition` order, and on a
+    /// fleet partition's view only while that partition's advisory lock is held.
     async fn save_cursor(&self, relay: &str, position: Position) -> outbox_core::Result<()> {
-        let (txid, lsn) = match position {
-            Position::Snapshot { txid, .. } => (Some(xid8_text(txid)), None),
-            Position::Log { lsn, .. } => (None, Some(lsn_text(lsn))),
-            other => {
-                return Err(Error::new(
-                    ErrorKind::Internal,
-                    format!("{other} is not a Postgres position (snapshot or log)"),
-                ));
-            }
-        };
+        let position = PgPosition::decode(&position)?;
         let fence = self.scope.and_then(|s| s.fence);
-        // With a fence, the write happens only while the partition's advisory lock is
-        // held by the fencing session: checked in the same statement as the write.
-        // The ON CONFLICT guard keeps the cursor from moving back: a snapshot cursor
-        // moves only to a later (txid, position), a log cursor to a later (lsn,
-        // position), and a snapshot cursor may become a log cursor (a CDC relay
-        // finishing its catch-up), never the reverse.
-        let written = sqlx::query(
-            "INSERT INTO relay_cursors AS c (relay, position, txid, lsn, updated_at)
-             SELECT $1, $2, $3::text::xid8, $4::text::pg_lsn, clock_timestamp()
-             WHERE $5::int4 IS NULL OR EXISTS (
-                 SELECT 1 FROM pg_locks
-                 WHERE locktype = 'advisory' AND granted AND pid = $5::int4
-                   AND classid = $6::int4::oid AND objid = $7::int4::oid AND objsubid = 2)
-             ON CONFLICT (relay) DO UPDATE
-                SET position = excluded.position, txid = excluded.txid,
-                    lsn = excluded.lsn, updated_at = excluded.updated_at
-                WHERE CASE WHEN excluded.txid IS NOT NULL
-                           THEN c.txid IS NOT NULL AND (c.txid, c.position) < (excluded.txid, excluded.position)
-                           ELSE c.lsn IS NULL OR (c.lsn, c.position) < (excluded.lsn, excluded.position)
-                      END",
-        )
-        .bind(relay)
-        .bind(position.row())
-        .bind(txid)
-        .bind(lsn)
-        .bind(fence.map(|f| f.holder_pid))
-        .bind(fence.map(|f| f.lock_class))
-        .bind(fence.map(|f| f.partition as i32))
-        .execute(&self.inner.pool)
-        .await
-        .storage()?;
-        match fence {
-            // Nothing written: either the fence refused it, or the saved cursor is
-            // already at or past `position` (fine). Only the first is an error.
-            Some(f) if written.rows_affected() == 0 && !self.fence_held(f).await? => {
-                Err(Error::new(
-                    ErrorKind::Storage,
-                    format!(
-                        "partition {} is no longer owned by this relay: cursor not moved",
-                        f.partition
-                    ),
-                )
-                .with("relay", relay))
-            }
-            _ => Ok(()),
-        }
+        self.inner
+            .cursors
+            .save(&self.inner.pool, relay, position, fence)
+            .await
     }
 
     /// One statement, so all records or none; `WITH ORDINALITY` keeps their order
@@ -590,14 +504,17 @@ impl Store for PgStore {
                 )
             };
         }
-        let query = match self.load_cursor(relay).await? {
+        let cursor = self.inner.cursors.load(&self.inner.pool, relay).await?;
+        let query = match cursor {
             None => sqlx::query(pending_after!("")),
-            Some(Position::Snapshot { txid, row }) => sqlx::query(pending_after!(
+            Some(PgPosition::Snapshot { txid, row }) => sqlx::query(pending_after!(
                 "WHERE (txid, position) > ($1::text::xid8, $2)"
             ))
             .bind(xid8_text(txid))
             .bind(row),
-            Some(other) => sqlx::query(pending_after!("WHERE position > $1")).bind(other.row()),
+            Some(log @ PgPosition::Log { .. }) => {
+                sqlx::query(pending_after!("WHERE position > $1")).bind(log.row())
+            }
         };
         let row = query.fetch_one(&self.inner.pool).await.storage()?;
         let pending: i64 = row.get("pending");

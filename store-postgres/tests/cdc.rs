@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use outbox_core::{ErrorKind, EventId, OutboxEvent, PollingRelay, Position, Relay, Store};
 use outbox_store_postgres::cdc::{BETWEEN_COMMITS, CdcConfig, CdcRelay, parse_lsn};
-use outbox_store_postgres::{PgStore, enqueue};
+use outbox_store_postgres::{PgPosition, PgStore, enqueue};
 use outbox_testkit::fixtures::payout;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Executor, PgPool, Postgres};
@@ -156,9 +156,12 @@ impl Db {
                 .fetch_optional(&self.pool)
                 .await
                 .unwrap();
-        row.map(|(row, lsn)| Position::Log {
-            lsn: parse_lsn(&lsn.expect("a CDC cursor has an lsn")).unwrap(),
-            row,
+        row.map(|(row, lsn)| {
+            PgPosition::Log {
+                lsn: parse_lsn(&lsn.expect("a CDC cursor has an lsn")).unwrap(),
+                row,
+            }
+            .encode()
         })
     }
 
@@ -247,9 +250,9 @@ fn payload(id: EventId) -> Vec<u8> {
 }
 
 fn log(position: Position) -> (u64, i64) {
-    match position {
-        Position::Log { lsn, row } => (lsn, row),
-        other => panic!("not a log position: {other}"),
+    match PgPosition::decode(&position) {
+        Ok(PgPosition::Log { lsn, row }) => (lsn, row),
+        _ => panic!("not a log position: {position}"),
     }
 }
 
@@ -308,7 +311,10 @@ fn assert_per_account_order(events: &[OutboxEvent], first: &HashMap<String, u64>
 }
 
 fn is_snapshot(position: Position) -> bool {
-    matches!(position, Position::Snapshot { .. })
+    matches!(
+        PgPosition::decode(&position),
+        Ok(PgPosition::Snapshot { .. })
+    )
 }
 
 fn assert_increasing(events: &[OutboxEvent]) {
@@ -384,6 +390,42 @@ async fn commit_order_across_concurrent_transactions_and_no_rolled_back_rows() {
     relay.shutdown().await.unwrap();
 }
 
+/// The CDC relay's `acknowledge` has no rule of its own: as for every relay, a
+/// position at or behind the saved cursor (moved further by another writer of the
+/// name) succeeds and leaves the cursor where it is, and the slot is confirmed no
+/// further than that cursor.
+#[tokio::test]
+async fn acknowledge_behind_the_saved_cursor_changes_nothing_as_for_every_relay() {
+    let Some(db) = Db::new("behind").await else {
+        return;
+    };
+    let mut relay = CdcRelay::open(db.config("cdc-behind")).await.unwrap();
+    let mut committed = Vec::new();
+    for account in ["merchants:30", "merchants:31", "merchants:32"] {
+        committed.push(Db::insert(&db.pool, account, 1).await);
+    }
+    let events = collect(&mut relay, 3, 10, Duration::from_secs(20)).await;
+    assert_eq!(ids(&events), committed);
+
+    let store = PgStore::from_pool(db.pool.clone());
+    store
+        .save_cursor("cdc-behind", events[2].position)
+        .await
+        .unwrap();
+    relay
+        .acknowledge(events[0].position)
+        .await
+        .expect("acknowledging behind the saved cursor succeeds");
+    assert_eq!(db.cursor("cdc-behind").await, Some(events[2].position));
+    relay.shutdown().await.unwrap();
+    db.slot_released(&db.slot).await;
+    let (_, confirmed) = db.slot(&db.slot).await.unwrap();
+    assert!(
+        confirmed <= log(events[2].position).0,
+        "the slot never passes the durable cursor"
+    );
+}
+
 #[tokio::test]
 async fn acknowledge_then_restart_resumes_right_after_the_acknowledged_position() {
     let Some(db) = Db::new("restart").await else {
@@ -410,10 +452,13 @@ async fn acknowledge_then_restart_resumes_right_after_the_acknowledged_position(
     let through = events[5].position;
     assert_eq!(log(events[4].position).0, log(through).0);
     let err = relay
-        .acknowledge(Position::Log {
-            lsn: u64::MAX,
-            row: 1,
-        })
+        .acknowledge(
+            PgPosition::Log {
+                lsn: u64::MAX,
+                row: 1,
+            }
+            .encode(),
+        )
         .await
         .unwrap_err();
     assert!(
@@ -556,10 +601,11 @@ async fn sigkill_mid_stream_then_restart_loses_nothing() {
             let parts: Vec<&str> = marked.split_whitespace().collect();
             match parts.as_slice() {
                 ["GOT", id, lsn, row] => {
-                    let position = Position::Log {
+                    let position = PgPosition::Log {
                         lsn: lsn.parse().unwrap(),
                         row: row.parse().unwrap(),
-                    };
+                    }
+                    .encode();
                     got.insert(EventId::parse(id).unwrap(), position);
                 }
                 ["ACK", ..] => {

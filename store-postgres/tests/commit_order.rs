@@ -13,7 +13,7 @@ use outbox_store_postgres::enqueue;
 use outbox_testkit::fixtures::payout;
 use sqlx::PgPool;
 
-use common::{backend_pid, collect, drain, open_store, txid_of, wait_until_blocked};
+use common::{backend_pid, collect, drain, open_store, row_of, txid_of, wait_until_blocked};
 
 fn ids(events: &[OutboxEvent]) -> Vec<EventId> {
     events.iter().map(|e| e.event_id).collect()
@@ -33,10 +33,7 @@ async fn late_commit_is_delivered_exactly_once() {
     let mut tx_b = db.pool().begin().await.unwrap();
     let b = enqueue(&mut tx_b, &payout("B", 1)).await.unwrap();
     tx_b.commit().await.unwrap();
-    assert!(
-        a.position.row() < b.position.row(),
-        "the scenario needs A below B"
-    );
+    assert!(row_of(&a) < row_of(&b), "the scenario needs A below B");
 
     // 3. The relay runs: nothing of A, which is not committed. B is held back too,
     //    since A's xid precedes it: returning B would move the cursor past A.
@@ -90,7 +87,7 @@ async fn naive_position_cursor_loses_the_late_commit() {
 
     // The naive reader sees B (A is invisible) and moves its cursor to B's position...
     let first = naive_read(db.pool(), 0).await;
-    assert_eq!(first, vec![(b.position.row(), b.event_id.as_uuid())]);
+    assert_eq!(first, vec![(row_of(&b), b.event_id.as_uuid())]);
     let cursor = first[0].0;
 
     // ...so when A commits with its lower position, the next read starts above it.
@@ -105,10 +102,7 @@ async fn naive_position_cursor_loses_the_late_commit() {
         .await
         .unwrap();
     assert_eq!(stored, 1);
-    assert!(
-        a.position.row() <= cursor,
-        "A is behind the naive cursor: lost"
-    );
+    assert!(row_of(&a) <= cursor, "A is behind the naive cursor: lost");
 }
 
 /// A transaction that got its xid first (it wrote the payout intent before
@@ -250,18 +244,11 @@ async fn txids_are_ordered_as_numbers_not_text() {
     insert(99, 2).await;
     let first = db.store.read_committed(None, 1).await.unwrap();
     assert_eq!(first.len(), 1);
-    assert_eq!(
-        first[0].position.row(),
-        2,
-        "txid 99 must come before txid 100"
-    );
+    assert_eq!(row_of(&first[0]), 2, "txid 99 must come before txid 100");
     let rest = db
         .store
         .read_committed(Some(first[0].position), 10)
         .await
         .unwrap();
-    assert_eq!(
-        rest.iter().map(|e| e.position.row()).collect::<Vec<_>>(),
-        vec![1]
-    );
+    assert_eq!(rest.iter().map(row_of).collect::<Vec<_>>(), vec![1]);
 }

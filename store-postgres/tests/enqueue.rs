@@ -10,7 +10,7 @@ use outbox_store_postgres::{enqueue, map_error};
 use outbox_testkit::fixtures::payout;
 use sqlx::PgPool;
 
-use common::{backend_pid, open_store, wait_until_blocked};
+use common::{backend_pid, open_store, row_of, wait_until_blocked};
 
 async fn count(pool: &PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
@@ -47,7 +47,7 @@ async fn the_intent_and_its_event_commit_or_roll_back_together() {
     let next = enqueue(&mut tx, &payout("4471", 1)).await.unwrap();
     tx.commit().await.unwrap();
     assert_eq!((kept.sequence, next.sequence), (1, 2));
-    assert!(kept.position.row() < next.position.row());
+    assert!(row_of(&kept) < row_of(&next));
     assert_eq!(count(pool, "SELECT count(*) FROM payouts").await, 1);
     let stored: Vec<u8> =
         sqlx::query_scalar("SELECT payload FROM outbox_events WHERE sequence = 1")

@@ -1,6 +1,6 @@
 //! `enqueue`: writes an outbox row in the caller's own transaction.
 
-use outbox_core::{Error, ErrorKind, NewEvent, OutboxEvent, Position};
+use outbox_core::{Error, ErrorKind, NewEvent, OutboxEvent};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::SqliteResultExt;
@@ -89,7 +89,7 @@ pub fn enqueue(conn: &Connection, event: &NewEvent) -> outbox_core::Result<Outbo
         wakeup::notify(path);
     }
     Ok(OutboxEvent {
-        position: Position::Row(position),
+        position: crate::position::row_position(position),
         event_id,
         account: event.account.clone(),
         sequence,

@@ -7,6 +7,7 @@ mod error;
 mod fanout;
 mod fanout_dead_letters;
 mod inbox;
+pub mod position;
 mod relay_lock;
 mod shared;
 mod store;

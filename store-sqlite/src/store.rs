@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outbox_core::{
-    Account, DeliveryOutcome, DeliveryRecord, DeliveryState, Error, ErrorKind, EventId, Exception,
+    Account, DeliveryOutcome, DeliveryRecord, DeliveryState, Error, EventId, Exception,
     ExceptionKind, Lag, NewException, OutboxEvent, Payload, PollingRelay, Position, Store,
     StoreCapabilities, Wakeup,
 };
@@ -15,6 +15,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use crate::config::SqliteConfig;
 use crate::connection::connect;
 use crate::error::SqliteResultExt;
+use crate::position::{position_row, row_position};
 use crate::shared::SharedConnection;
 use crate::{time, wakeup};
 
@@ -63,15 +64,9 @@ impl SqliteStore {
     }
 }
 
-fn row_position(position: Option<Position>) -> outbox_core::Result<i64> {
-    match position {
-        None => Ok(0),
-        Some(Position::Row(row)) => Ok(row),
-        Some(other) => Err(Error::new(
-            ErrorKind::Internal,
-            format!("{other} is not a SQLite row position"),
-        )),
-    }
+/// The row a read continues after; 0 sorts before every row (rowids start at 1).
+fn row_after(position: Option<Position>) -> outbox_core::Result<i64> {
+    position.as_ref().map_or(Ok(0), position_row)
 }
 
 fn internal(what: &str) -> impl Fn(outbox_core::Error) -> rusqlite::Error + '_ {
@@ -88,7 +83,7 @@ fn event_from_row(row: &Row<'_>) -> rusqlite::Result<OutboxEvent> {
     let event_id: String = row.get(1)?;
     let account: String = row.get(2)?;
     Ok(OutboxEvent {
-        position: Position::Row(row.get(0)?),
+        position: row_position(row.get(0)?),
         event_id: EventId::parse(&event_id).map_err(internal("outbox_events.event_id"))?,
         account: Account::parse(&account).map_err(internal("outbox_events.account"))?,
         sequence: row.get::<_, i64>(3)? as u64,
@@ -163,7 +158,7 @@ impl Store for SqliteStore {
         after: Option<Position>,
         limit: usize,
     ) -> outbox_core::Result<Vec<OutboxEvent>> {
-        let after = row_position(after)?;
+        let after = row_after(after)?;
         self.shared
             .run(move |conn| {
                 let mut stmt = conn
@@ -191,14 +186,14 @@ impl Store for SqliteStore {
                 )
                 .optional()
                 .storage()
-                .map(|p| p.map(Position::Row))
+                .map(|p| p.map(row_position))
             })
             .await
     }
 
     async fn save_cursor(&self, relay: &str, position: Position) -> outbox_core::Result<()> {
         let relay = relay.to_owned();
-        let row = row_position(Some(position))?;
+        let row = position_row(&position)?;
         self.shared.run(move |conn| {
             conn.prepare_cached(
                 "INSERT INTO relay_cursors (relay, position, updated_at) VALUES (?1, ?2, ?3)

@@ -5,6 +5,7 @@
 //! `#[tokio::test]` per case for a backend, so a failure names its case and its
 //! backend. Each test gets a fresh harness (a fresh database file or schema).
 
+pub mod accepting_ledger;
 pub mod bench_args;
 pub mod fanout_cases;
 pub mod fixtures;
@@ -42,6 +43,10 @@ macro_rules! store_suite {
             relay_wakes_up_on_enqueue,
             works_through_dyn_store,
             cursor_never_moves_back,
+            cursors_of_every_name_move_forward_only,
+            attempted_horizon_is_a_cursor_that_bounds_the_uncertain_window,
+            positions_round_trip_through_save_and_load,
+            positions_order_as_commits,
             delivery_states_answer_a_batch,
             revert_target_must_be_known_and_of_the_same_account,
         );

@@ -1,15 +1,20 @@
 //! The store suite: what every `Store` + enqueue + default relay must guarantee.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use outbox_core::store::attempted_cursor;
 use outbox_core::{
-    DeliveryOutcome, DeliveryRecord, ErrorKind, EventId, ExceptionKind, LedgerCommand, Metadata,
-    NewEvent, NewException, OutboxEvent, PostBody, Relay, RevertCommand, Store,
+    DeliveryOutcome, DeliveryRecord, DispatchConfig, Dispatcher, ErrorKind, EventId, ExceptionKind,
+    LedgerCommand, Metadata, NewEvent, NewException, OutboxEvent, Position, PostBody, Relay,
+    RevertCommand, RunMode, Store, Summary,
 };
+use tokio::sync::watch;
 
+use crate::accepting_ledger::AcceptingLedger;
 use crate::fixtures::{account, payout};
 use crate::harness::StoreHarness;
 
@@ -496,6 +501,244 @@ pub async fn cursor_never_moves_back<H: StoreHarness>(h: &H) {
             .expect("cursor"),
         Some(stored[2].position)
     );
+}
+
+/// The cursor rule holds for every kind of cursor name the relays use (a relay, a
+/// fleet partition, the "@attempted" horizon of either, any odd text): a save moves a
+/// cursor only forward, equal and lower saves succeed and change nothing, it is
+/// durable across a reopen, and one name never moves another.
+pub async fn cursors_of_every_name_move_forward_only<H: StoreHarness>(h: &H) {
+    let store = h.store();
+    let stored = h
+        .enqueue_committed(vec![payout("15", 1), payout("15", 2), payout("15", 3)])
+        .await
+        .expect("enqueue");
+    let p: Vec<Position> = stored.iter().map(|e| e.position).collect();
+    let names = [
+        "relay".to_owned(),
+        "relay:g2:p7".to_owned(),
+        attempted_cursor("relay"),
+        attempted_cursor("relay:g2:p7"),
+        "odd / name: ünïcode, spaces".to_owned(),
+    ];
+    for name in &names {
+        store.save_cursor(name, p[1]).await.expect("first save");
+    }
+    for name in &names {
+        store.save_cursor(name, p[0]).await.expect("a lower save");
+        store.save_cursor(name, p[1]).await.expect("an equal save");
+        assert_eq!(
+            store.load_cursor(name).await.expect("load"),
+            Some(p[1]),
+            "cursor {name:?} moved on a lower or equal save"
+        );
+    }
+    store.save_cursor(&names[0], p[2]).await.expect("save");
+    for name in &names[1..] {
+        assert_eq!(
+            store.load_cursor(name).await.expect("load"),
+            Some(p[1]),
+            "a save under {:?} moved {name:?}",
+            names[0]
+        );
+    }
+    let reopened = h.reopen().await;
+    assert_eq!(
+        reopened.load_cursor(&names[0]).await.expect("load"),
+        Some(p[2])
+    );
+    for name in &names[1..] {
+        assert_eq!(reopened.load_cursor(name).await.expect("load"), Some(p[1]));
+    }
+    assert_eq!(
+        reopened.load_cursor("relay:g2:p8").await.expect("load"),
+        None,
+        "a name never saved has no cursor"
+    );
+}
+
+/// Runs the real dispatcher on relay `name` until everything is terminal.
+async fn drain_dispatcher<H: StoreHarness>(
+    h: &H,
+    store: &H::Store,
+    name: &str,
+    ledger: Arc<AcceptingLedger>,
+) -> Summary {
+    let relay = h.relay(store, name).await;
+    let config = DispatchConfig {
+        bulk: false,
+        poll_interval: Duration::from_millis(50),
+        ..DispatchConfig::default()
+    };
+    let dispatcher = Dispatcher::open(Arc::new(store.clone()), relay, ledger, config)
+        .await
+        .expect("open the dispatcher");
+    let (_stop, stopped) = watch::channel(false);
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        dispatcher.run(RunMode::Drain, stopped),
+    )
+    .await
+    .expect("the dispatcher drains within a minute")
+    .expect("the dispatcher run")
+}
+
+/// The dispatcher's "@attempted" horizon is a cursor of the store like the relay's
+/// own: saved before anything is sent, only forward, and after a crash it bounds the
+/// uncertain window whose events are looked up in the delivery records, not re-sent.
+pub async fn attempted_horizon_is_a_cursor_that_bounds_the_uncertain_window<H: StoreHarness>(
+    h: &H,
+) {
+    let store = h.store();
+    let stored = h
+        .enqueue_committed(vec![payout("16", 1), payout("16", 2), payout("17", 1)])
+        .await
+        .expect("enqueue");
+    let ledger = Arc::new(AcceptingLedger::default());
+    let first = drain_dispatcher(h, &store, "horizon", Arc::clone(&ledger)).await;
+    assert_eq!(first.accepted, 3, "{first:?}");
+    let horizon = attempted_cursor("horizon");
+    assert_eq!(
+        store.load_cursor("horizon").await.expect("cursor"),
+        Some(stored[2].position)
+    );
+    assert_eq!(
+        store.load_cursor(&horizon).await.expect("horizon"),
+        Some(stored[2].position),
+        "the horizon covers everything read for sending"
+    );
+    store
+        .save_cursor(&horizon, stored[0].position)
+        .await
+        .expect("a lower save");
+    assert_eq!(
+        h.reopen()
+            .await
+            .load_cursor(&horizon)
+            .await
+            .expect("horizon"),
+        Some(stored[2].position),
+        "the horizon moved back"
+    );
+
+    // A run that crashed after reading two events for sending, before its cursor
+    // moved: its horizon is ahead, its cursor missing.
+    store
+        .save_cursor(&attempted_cursor("crashed"), stored[1].position)
+        .await
+        .expect("save the horizon");
+    assert_eq!(store.load_cursor("crashed").await.expect("cursor"), None);
+    let resumed = drain_dispatcher(h, &store, "crashed", Arc::clone(&ledger)).await;
+    assert_eq!(
+        (resumed.already_done, resumed.accepted, resumed.replayed),
+        (2, 0, 1),
+        "the two events in the window have terminal records and are not re-sent; \
+         the one after it is sent (a replay here): {resumed:?}"
+    );
+    // Accounts are sent in parallel: compare the posts as a set with repeats.
+    let sorted = |mut keys: Vec<String>| {
+        keys.sort();
+        keys
+    };
+    let mut expected: Vec<String> = stored.iter().map(|e| e.event_id.to_string()).collect();
+    expected.push(stored[2].event_id.to_string());
+    let posted = ledger.posts().iter().map(|k| k.to_string()).collect();
+    assert_eq!(sorted(posted), sorted(expected), "posts to the ledger");
+    assert_eq!(
+        store.load_cursor("crashed").await.expect("cursor"),
+        Some(stored[2].position)
+    );
+}
+
+/// A position survives the store: saved, it loads back equal (same bytes, rendered by
+/// the store again) after a reopen; restored from its bytes alone it reads and saves
+/// as the original; a position the store never made is refused, not misread.
+pub async fn positions_round_trip_through_save_and_load<H: StoreHarness>(h: &H) {
+    let store = h.store();
+    let stored = h
+        .enqueue_committed(vec![payout("18", 1), payout("18", 2)])
+        .await
+        .expect("enqueue");
+    let read = store.read_committed(None, 10).await.expect("read");
+    assert_eq!(
+        read.iter().map(|e| e.position).collect::<Vec<_>>(),
+        stored.iter().map(|e| e.position).collect::<Vec<_>>(),
+        "enqueue and the reader give one event the same position"
+    );
+    let saved = read[0].position;
+    store.save_cursor("round-trip", saved).await.expect("save");
+    let reopened = h.reopen().await;
+    let loaded = reopened
+        .load_cursor("round-trip")
+        .await
+        .expect("load")
+        .expect("a saved cursor");
+    assert_eq!(loaded, saved);
+    assert_eq!(loaded.as_bytes(), saved.as_bytes());
+    assert_eq!(loaded.to_string(), saved.to_string());
+
+    let restored = Position::from_bytes(saved.as_bytes()).expect("restore");
+    assert_eq!(restored, saved);
+    let after = reopened
+        .read_committed(Some(restored), 10)
+        .await
+        .expect("read after a restored position");
+    assert_eq!(ids(&after), ids(&stored[1..]));
+    reopened
+        .save_cursor("restored", restored)
+        .await
+        .expect("save a restored position");
+    assert_eq!(
+        reopened.load_cursor("restored").await.expect("load"),
+        Some(saved)
+    );
+    let mut relay = h.relay(&reopened, "round-trip").await;
+    assert_eq!(relay.acknowledged(), Some(saved));
+    assert_eq!(ids(&drain(relay.as_mut()).await), ids(&stored[1..]));
+
+    let foreign = Position::from_bytes(&[0xEE; Position::MAX_LEN]).expect("bytes");
+    assert!(
+        reopened.save_cursor("foreign", foreign).await.is_err(),
+        "a position of another store was saved"
+    );
+    assert_eq!(reopened.load_cursor("foreign").await.expect("load"), None);
+    assert!(
+        reopened.read_committed(Some(foreign), 10).await.is_err(),
+        "a position of another store was read after"
+    );
+}
+
+/// Positions of one store order as its commits: strictly increasing in reading order,
+/// the same from enqueue as from the reader, and a read after any of them returns
+/// exactly the events that sort after it.
+pub async fn positions_order_as_commits<H: StoreHarness>(h: &H) {
+    let store = h.store();
+    let mut stored = Vec::new();
+    for batch in [
+        vec![payout("19", 1)],
+        vec![payout("20", 1)],
+        vec![payout("19", 2), payout("21", 1)],
+    ] {
+        stored.extend(h.enqueue_committed(batch).await.expect("enqueue"));
+    }
+    let read = store.read_committed(None, 10).await.expect("read");
+    assert_eq!(ids(&read), ids(&stored), "commit order");
+    for pair in read.windows(2) {
+        assert!(
+            pair[0].position < pair[1].position,
+            "{} then {}",
+            pair[0].position,
+            pair[1].position
+        );
+    }
+    for (i, event) in read.iter().enumerate() {
+        let after = store
+            .read_committed(Some(event.position), 10)
+            .await
+            .expect("read after");
+        assert_eq!(ids(&after), ids(&read[i + 1..]), "after {}", event.position);
+        assert!(after.iter().all(|e| e.position > event.position));
+    }
 }
 
 /// After a restart the relay looks up a whole batch of events at once.

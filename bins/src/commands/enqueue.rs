@@ -44,12 +44,12 @@ pub async fn run(database: &str, file: &Path) -> Result<()> {
     };
     let accounts: BTreeSet<_> = stored.iter().map(|e| e.account.as_str()).collect();
     println!(
-        "enqueued {} events for {} accounts from {} (positions {}..={})",
+        "enqueued {} events for {} accounts from {} (positions {} to {})",
         stored.len(),
         accounts.len(),
         file.display(),
-        stored[0].position.row(),
-        stored[stored.len() - 1].position.row()
+        stored[0].position,
+        stored[stored.len() - 1].position
     );
     Ok(())
 }

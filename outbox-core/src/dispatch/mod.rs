@@ -27,7 +27,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::exception::{ExceptionKind, NewException};
 use crate::ledger::{Ledger, PostOutcome};
 use crate::relay::Relay;
-use crate::store::{DeliveryOutcome, DeliveryRecord, DeliveryState, Store};
+use crate::store::{DeliveryOutcome, DeliveryRecord, DeliveryState, Store, attempted_cursor};
 
 /// Retries a storage call on transient errors (lock contention) a bounded number of
 /// times: an outcome the ledger already gave must be recorded, not lost. A macro so
@@ -101,7 +101,7 @@ impl Dispatcher {
         ledger: Arc<dyn Ledger>,
         config: DispatchConfig,
     ) -> Result<Self> {
-        let attempted = store.load_cursor(&attempted_key(relay.name())).await?;
+        let attempted = store.load_cursor(&attempted_cursor(relay.name())).await?;
         if relay.acknowledged().is_none() && attempted.is_none() && store.has_deliveries().await? {
             return Err(Error::new(
                 ErrorKind::Config,
@@ -224,7 +224,7 @@ impl Dispatcher {
         }
         // Record the read horizon before anything of this batch is sent.
         if self.attempted.is_none_or(|a| a < last) {
-            let key = attempted_key(self.relay.name());
+            let key = attempted_cursor(self.relay.name());
             retry_transient!(self.store.save_cursor(&key, last))?;
             self.attempted = Some(last);
         }
@@ -455,10 +455,6 @@ async fn write_records(
         retry_transient!(store.raise_exception(exception))?;
     }
     Ok(())
-}
-
-fn attempted_key(relay: &str) -> String {
-    format!("{relay}@attempted")
 }
 
 fn record(

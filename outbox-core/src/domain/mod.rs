@@ -20,4 +20,4 @@ pub use input::{RawNewEvent, RawPosting};
 pub use payload::{
     OUTBOX_ACCOUNT_KEY, OUTBOX_EVENT_ID_KEY, OUTBOX_SEQUENCE_KEY, Payload, PayloadKind,
 };
-pub use position::Position;
+pub use position::{Position, PositionDecoder, PositionEncoder, PositionFormat};

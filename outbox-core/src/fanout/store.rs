@@ -45,8 +45,12 @@ pub struct AppendOutcome {
 /// - Positions are assigned so that a reader never sees position `p` committed after
 ///   it has read a higher one: `read_after(cursor)` must not skip a late commit.
 /// - `read_after` returns messages with `position > after`, ascending, at most `limit`.
-/// - Cursors are per transport name; `load_cursor` is 0 when none was saved.
-///   `save_cursor` only ever moves the cursor forward (a lower value is ignored).
+/// - Cursors are per transport name; `load_cursor` is 0 when none was saved. They
+///   follow the relay-side cursor rule ([`crate::Store`], "Cursors") with `u64`
+///   positions: monotonic (a save at or below the saved value succeeds and changes
+///   nothing), durable when `save_cursor` returns, independent per name. The fan-out
+///   runs no fleet, so no save is fenced. The replay progress and the ledger-log
+///   checkpoint are cursors too and follow the same rule.
 /// - A store that cannot be reached fails with a transient error, so the intake
 ///   answers 5xx and the ledger retries.
 /// - Dead letters ([`super::dead_letter`]) and replay requests are append-only, like

@@ -12,9 +12,16 @@ use crate::error::Result;
 /// # Contract
 /// - [`Relay::next_batch`] returns events after the last one it returned (after the
 ///   saved cursor right after opening), in commit order, never one twice in a session.
-/// - [`Relay::acknowledge`] makes `through` durable in the cursor record, never in the
-///   event rows. After a crash the relay resumes from the last acknowledged position,
-///   so events after it are delivered again: the ledger's idempotency absorbs that.
+/// - [`Relay::acknowledge`] saves `through` as the relay's cursor (named
+///   [`Relay::name`]) in its store, by the store's cursor rule ([`crate::Store`],
+///   "Cursors"): only forward, durable on return, fenced where the fleet fences. A
+///   relay adds no rule of its own: acknowledging a position at or before the saved
+///   cursor succeeds and changes nothing. It may refuse a position it never returned
+///   (`InvalidInput`), since saving it could skip events. Nothing is written to the
+///   event rows. After a crash the relay resumes after the saved cursor, so events
+///   after it are delivered again: the ledger's idempotency absorbs that.
+/// - [`Relay::acknowledged`] is the highest position loaded or acknowledged; it never
+///   moves back.
 /// - [`Relay::wait`] returns when new events may be there (an in-process wake-up, a
 ///   database notification) or after the poll interval, whichever comes first. It never
 ///   spins.
@@ -26,10 +33,11 @@ pub trait Relay: Send {
     /// Up to `max` events after the last returned one; empty when none are committed.
     async fn next_batch(&mut self, max: usize) -> Result<Vec<OutboxEvent>>;
 
-    /// Durably records that every event up to and including `through` has a terminal outcome.
+    /// Durably records that every event up to and including `through` has a terminal
+    /// outcome, through the store's cursor rule (see the contract).
     async fn acknowledge(&mut self, through: Position) -> Result<()>;
 
-    /// The last acknowledged position, as loaded or saved.
+    /// The highest position loaded or acknowledged.
     fn acknowledged(&self) -> Option<Position>;
 
     /// Waits for a wake-up or at most `interval`.

@@ -87,9 +87,10 @@ impl<S: Store> Relay for PollingRelay<S> {
         Ok(batch)
     }
 
+    /// The store's `save_cursor`, nothing more: its rule is the relay's rule.
     async fn acknowledge(&mut self, through: Position) -> Result<()> {
         self.store.save_cursor(&self.name, through).await?;
-        self.acknowledged = Some(through);
+        self.acknowledged = self.acknowledged.max(Some(through));
         Ok(())
     }
 
@@ -112,5 +113,27 @@ impl<S: Store> Relay for PollingRelay<S> {
             }
             None => tokio::time::sleep(interval).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{MemoryStore, row_position};
+
+    /// A relay's acknowledged position follows the store's cursor: never back.
+    #[tokio::test]
+    async fn acknowledging_behind_the_cursor_changes_nothing() {
+        let store = MemoryStore::default();
+        let mut relay = PollingRelay::open(store.clone(), "relay", None)
+            .await
+            .unwrap();
+        relay.acknowledge(row_position(3)).await.unwrap();
+        relay.acknowledge(row_position(1)).await.unwrap();
+        assert_eq!(relay.acknowledged(), Some(row_position(3)));
+        assert_eq!(
+            store.load_cursor("relay").await.unwrap(),
+            Some(row_position(3))
+        );
     }
 }

@@ -3,16 +3,18 @@
 //! takes over without sending anything twice.
 //!
 //! A slot streams only the transactions that commit after its consistent point. Right
-//! after the slot exists, the relay takes `X = pg_snapshot_xmax(pg_current_snapshot())`
-//! in the same statement that records it (the *handover*, a `relay_cursors` row named
-//! `<relay>@cdc-handover`: `txid` = X, `lsn` = the slot's confirmed point). Every
-//! transaction that committed before that point has an xid below X, and so has every
-//! row it wrote (enqueue raises a row's txid only to an earlier committed one).
+//! after the slot exists, the relay reads `X = pg_snapshot_xmax(pg_current_snapshot())`
+//! and records it (the *handover*, a `relay_cursors` row named `<relay>@cdc-handover`:
+//! `txid` = X, `lsn` = the slot's confirmed point), through the store's cursor table,
+//! once: the first handover recorded stands for good. Every transaction that committed
+//! before that point has an xid below X, and so has every row it wrote (enqueue raises
+//! a row's txid only to an earlier committed one). Any X read after the slot exists
+//! will do: a larger one only moves more rows from the stream to the catch-up.
 //!
 //! - **Catch-up**: rows with `txid < X` after the relay's cursor (a polling relay's
 //!   cursor of the same name, or nothing), in `(txid, position)` order below
 //!   `pg_snapshot_xmin`, exactly as the polling reader reads them, as
-//!   `Position::Snapshot`. It ends once `pg_snapshot_xmin ≥ X` (no transaction below X
+//!   `PgPosition::Snapshot`. It ends once `pg_snapshot_xmin ≥ X` (no transaction below X
 //!   can still commit) and no such row is left.
 //! - **Stream**: from the handover's LSN; a streamed row whose txid column is below X
 //!   was already delivered by the catch-up and is skipped. A row at or above X belongs
@@ -31,8 +33,9 @@ use uuid::Uuid;
 
 use super::config::CdcConfig;
 use super::error;
-use super::position::{BETWEEN_COMMITS, CursorTable, format_lsn, parse_lsn, quote_ident};
-use crate::position::{parse_xid8, snapshot_after, xid8_text};
+use super::position::{BETWEEN_COMMITS, quote_ident};
+use crate::cursors::{Boundary, CursorTable};
+use crate::position::{PgPosition, parse_xid8, snapshot_after, xid8_text};
 
 /// Where the slot takes over from the catch-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,10 +50,11 @@ pub(crate) struct Handover {
 impl Handover {
     /// Where streaming starts while no LSN cursor is saved.
     pub(crate) fn stream_start(self) -> Position {
-        Position::Log {
+        PgPosition::Log {
             lsn: self.slot_start,
             row: BETWEEN_COMMITS,
         }
+        .encode()
     }
 
     /// Whether a row with this txid column was (or will be) delivered by the catch-up.
@@ -70,59 +74,33 @@ pub(crate) async fn load(
     cursors: &CursorTable,
     relay: &str,
 ) -> Result<Option<Handover>> {
-    let sql = format!(
-        "SELECT txid::text AS txid, lsn::text AS lsn FROM {} WHERE relay = $1",
-        cursors.table()
-    );
-    let key = key(relay);
-    let row = sqlx::query(AssertSqlSafe(sql))
-        .bind(&key)
-        .fetch_optional(pool)
-        .await
-        .map_err(|e| error::sql("loading the CDC handover", e).with("relay", &key))?;
-    let Some(row) = row else { return Ok(None) };
-    let txid: Option<String> = row.try_get("txid").unwrap_or(None);
-    let lsn: Option<String> = row.try_get("lsn").unwrap_or(None);
-    match (txid, lsn) {
-        (Some(txid), Some(lsn)) => Ok(Some(Handover {
-            below_txid: parse_xid8("relay_cursors.txid", &txid)?,
-            slot_start: parse_lsn(&lsn)?,
-        })),
-        _ => Err(Error::new(
-            ErrorKind::Internal,
-            format!("the CDC handover row {key:?} lacks its txid or lsn"),
-        )
-        .with("relay", key)),
-    }
+    let boundary = cursors.load_boundary(pool, &key(relay)).await?;
+    Ok(boundary.map(|b| Handover {
+        below_txid: b.txid,
+        slot_start: b.lsn,
+    }))
 }
 
-/// Records the handover for a slot confirmed at `slot_start`, reading X in the same
-/// statement. Another instance's handover, written first, wins (it is as valid).
+/// Reads X now that the slot confirmed at `slot_start` exists, and records the
+/// handover. Another instance's handover, recorded first, wins (it is as valid).
 pub(crate) async fn begin(
     pool: &PgPool,
     cursors: &CursorTable,
     relay: &str,
     slot_start: u64,
 ) -> Result<Handover> {
-    let sql = format!(
-        "INSERT INTO {} (relay, position, txid, lsn, updated_at) \
-         VALUES ($1, 0, pg_snapshot_xmax(pg_current_snapshot()), $2::text::pg_lsn, now()) \
-         ON CONFLICT (relay) DO NOTHING",
-        cursors.table()
-    );
-    sqlx::query(AssertSqlSafe(sql))
-        .bind(key(relay))
-        .bind(format_lsn(slot_start))
-        .execute(pool)
+    let below: String = sqlx::query_scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())::text")
+        .fetch_one(pool)
         .await
-        .map_err(|e| error::sql("saving the CDC handover", e).with("relay", key(relay)))?;
-    load(pool, cursors, relay).await?.ok_or_else(|| {
-        Error::new(
-            ErrorKind::Storage,
-            "the CDC handover row vanished right after it was written",
-        )
-        .with("relay", key(relay))
-        .transient(None)
+        .map_err(|e| error::sql("reading the snapshot horizon", e))?;
+    let boundary = Boundary {
+        txid: parse_xid8("pg_snapshot_xmax", &below)?,
+        lsn: slot_start,
+    };
+    let stands = cursors.record_boundary(pool, &key(relay), boundary).await?;
+    Ok(Handover {
+        below_txid: stands.txid,
+        slot_start: stands.lsn,
     })
 }
 
@@ -216,10 +194,11 @@ fn event(row: &PgRow) -> Result<OutboxEvent> {
     let sequence: i64 = get(row, "sequence")?;
     let account: String = get(row, "account")?;
     Ok(OutboxEvent {
-        position: Position::Snapshot {
+        position: PgPosition::Snapshot {
             txid: parse_xid8("outbox_events.txid", &txid)?,
             row: position,
-        },
+        }
+        .encode(),
         event_id: EventId::from_uuid(get::<Uuid>(row, "event_id")?)
             .map_err(|e| corrupt("event_id", e))?,
         account: Account::parse(&account).map_err(|e| corrupt("account", e))?,
@@ -251,17 +230,19 @@ mod tests {
             below_txid: 1_000,
             slot_start: 0x1_0000_0000,
         };
-        let last_snapshot = Position::Snapshot {
+        let last_snapshot = PgPosition::Snapshot {
             txid: u64::MAX,
             row: i64::MAX,
-        };
+        }
+        .encode();
         assert!(last_snapshot < handover.stream_start());
         assert!(
             handover.stream_start()
-                < Position::Log {
+                < PgPosition::Log {
                     lsn: 0x1_0000_0000,
                     row: 1
                 }
+                .encode()
         );
         assert!(handover.caught_up(999));
         assert!(!handover.caught_up(1_000));

@@ -6,8 +6,10 @@
 //! (`txid`, anything added later) and their order do not matter.
 
 use chrono::{DateTime, Utc};
-use outbox_core::{Account, Error, ErrorKind, EventId, OutboxEvent, Payload, Position, Result};
+use outbox_core::{Account, Error, ErrorKind, EventId, OutboxEvent, Payload, Result};
 use uuid::Uuid;
+
+use crate::position::PgPosition;
 
 /// One decoded pgoutput message (the kinds the library passes through).
 #[derive(Debug)]
@@ -255,10 +257,11 @@ impl OutboxLayout {
                 .ok_or_else(|| with_id(protocol(format!("created_at {micros} is out of range"))))?
         };
         Ok(OutboxEvent {
-            position: Position::Log {
+            position: PgPosition::Log {
                 lsn: commit_lsn,
                 row,
-            },
+            }
+            .encode(),
             event_id,
             account,
             sequence,
@@ -485,10 +488,11 @@ pub(crate) mod tests {
         let event = layout.event(&tuple, 0x1_0000_0010).unwrap();
         assert_eq!(
             event.position,
-            Position::Log {
+            PgPosition::Log {
                 lsn: 0x1_0000_0010,
                 row: 42
             }
+            .encode()
         );
         assert_eq!(event.event_id, id);
         assert_eq!(event.account.as_str(), "merchants:4471");

@@ -23,14 +23,15 @@
 //! ```
 //!
 //! # Positions
-//! Streamed events carry `Position::Log { lsn, row }`: `lsn` is the commit LSN of the event's transaction
-//! (the start of its commit record, as pgoutput's Begin and Commit report it), `row` is
+//! Streamed events carry [`PgPosition::Log { lsn, row }`](crate::PgPosition): `lsn` is
+//! the commit LSN of the event's transaction (the start of its commit record, as
+//! pgoutput's Begin and Commit report it), `row` is
 //! `outbox_events.position`. Commit LSNs are the only globally ordered thing in the WAL
 //! (docs/ARCHITECTURE.md, P4), so they order transactions; rows order the events inside one, which is
 //! their insert order because `position` is `DEFAULT nextval()`. A decoded row that
 //! breaks that order stops the relay with an `Internal` error rather than risk a skip.
 //!
-//! Events of the catch-up (below) carry the polling reader's `Position::Snapshot { txid,
+//! Events of the catch-up (below) carry the polling reader's `PgPosition::Snapshot { txid,
 //! row }`, which sorts before every `Log` position: the dispatcher's frontier and its
 //! "attempted" horizon stay ordered across the switch from catch-up to stream.
 //!
@@ -38,7 +39,8 @@
 //! A slot streams only what commits after it exists. So on its first start (no LSN
 //! cursor yet) the relay creates the slot, then reads `X =
 //! pg_snapshot_xmax(pg_current_snapshot())` and records it with the slot's start LSN
-//! in a `relay_cursors` row of its own, `<relay>@cdc-handover`. It then returns, through
+//! in a `relay_cursors` row of its own, `<relay>@cdc-handover`, written once (the first
+//! handover recorded stands for good). It then returns, through
 //! the polling reader's `(txid, position)` query gated by `pg_snapshot_xmin`, every row
 //! with `txid < X` after the relay's saved cursor — a polling relay's cursor of the same
 //! name, or from the start when there is none — and streams from the slot only once
@@ -58,9 +60,11 @@
 //!
 //! # Guarantees
 //! - Only committed rows, in commit order; a rolled-back insert never appears.
-//! - [`Relay::acknowledge`](outbox_core::Relay::acknowledge) first upserts the cursor
-//!   row in `relay_cursors` (`lsn` + `position`, never moving backwards), and only
-//!   then confirms the position's **commit LSN** to the slot (the standby status
+//! - [`Relay::acknowledge`](outbox_core::Relay::acknowledge) first saves the cursor
+//!   row in `relay_cursors` (`lsn` + `position`) through the store's own cursor code,
+//!   under the store's cursor rule (`outbox_core::Store`, "Cursors"): only forward, a
+//!   position at or before the saved cursor succeeds and changes nothing. Only
+//!   then does it confirm the position's **commit LSN** to the slot (the standby status
 //!   update, within `status_interval_ms`). Not the commit's end: the acknowledged
 //!   event may sit in the middle of its transaction, so the whole transaction stays in
 //!   the slot. The slot is therefore never confirmed past the durable cursor.

@@ -18,16 +18,20 @@ use super::catch_up::{self, CatchUp, Handover};
 use super::config::{CdcConfig, ReplicationTarget, redact};
 use super::decode::{self, Message, OutboxLayout};
 use super::error;
-use super::position::{BETWEEN_COMMITS, CursorTable, format_lsn, log_parts, not_ours};
+use super::position::{BETWEEN_COMMITS, format_lsn, log_parts, not_ours};
 use super::slot;
 use super::stream;
+use crate::cursors::CursorTable;
+use crate::position::PgPosition;
 
 /// A [`Relay`] that tails the outbox through a logical replication slot.
 ///
-/// Positions are `Position::Log { lsn: commit LSN, row }`: commit LSNs order
+/// Positions are `PgPosition::Log { lsn: commit LSN, row }`: commit LSNs order
 /// transactions, rows order events inside one. Events committed before the slot
-/// existed come first, from the catch-up, as `Position::Snapshot` (which sorts before
-/// every log position). See the module docs for the guarantees after a restart.
+/// existed come first, from the catch-up, as `PgPosition::Snapshot` (which sorts
+/// before every log position). The cursor is written through the store's cursor table
+/// under the store's cursor rule (`outbox_core::Store`, "Cursors"). See the module
+/// docs for the guarantees after a restart.
 pub struct CdcRelay {
     config: CdcConfig,
     target: ReplicationTarget,
@@ -109,8 +113,11 @@ impl CdcRelay {
         config.validate()?;
         let target = config.replication_target()?;
         slot::check_server_wal_level(&pool).await?;
-        let cursors = CursorTable::new(&config.schema, &config.cursor_table);
-        let saved = cursors.load(&pool, &config.relay).await?;
+        let cursors = CursorTable::qualified(&config.schema, &config.cursor_table);
+        let saved = cursors
+            .load(&pool, &config.relay)
+            .await?
+            .map(PgPosition::encode);
         let mut handover = catch_up::load(&pool, &cursors, &config.relay).await?;
         // The publication first: pgoutput reads it through the slot's historic
         // catalog snapshot, so it must exist before the slot starts decoding.
@@ -127,7 +134,8 @@ impl CdcRelay {
             handover = Some(new);
         }
         let catch_up = match (saved, handover) {
-            (Some(Position::Log { .. }), _) | (_, None) => None,
+            (Some(position), _) if is_log(position) => None,
+            (_, None) => None,
             (after, Some(handover)) => Some(CatchUp::new(&config, handover, after)),
         };
         let streaming = catch_up.is_none();
@@ -311,24 +319,22 @@ impl CdcRelay {
             return;
         }
         self.last_idle_confirm = Instant::now();
-        let position = Position::Log {
+        let idle = PgPosition::Log {
             lsn: wal_end,
             row: BETWEEN_COMMITS,
         };
+        let position = idle.encode();
         match self
             .cursors
-            .save(&self.pool, &self.config.relay, position)
+            .save(&self.pool, &self.config.relay, idle, None)
             .await
         {
-            Ok(true) => {
+            Ok(()) => {
                 self.acknowledged = Some(position);
                 self.returned = Some(position);
                 self.intake.taken = Some(position);
                 session.client.update_applied_lsn(Lsn(wal_end));
                 tracing::debug!(relay = %self.config.relay, position = %position, "idle: slot moved to the WAL end");
-            }
-            Ok(false) => {
-                tracing::warn!(relay = %self.config.relay, "idle confirmation skipped: the stored cursor is ahead of this relay");
             }
             // Not fatal: the next keepalive tries again.
             Err(e) => {
@@ -355,9 +361,14 @@ impl CdcRelay {
 /// (while catching up, or caught up with nothing streamed yet).
 fn stream_cursor(saved: Option<Position>, handover: Option<Handover>) -> Option<Position> {
     match saved {
-        Some(position @ Position::Log { .. }) => Some(position),
+        Some(position) if is_log(position) => Some(position),
         _ => handover.map(Handover::stream_start),
     }
+}
+
+/// Whether `position` is a streamed (log) position rather than a catch-up one.
+fn is_log(position: Position) -> bool {
+    matches!(PgPosition::decode(&position), Ok(PgPosition::Log { .. }))
 }
 
 /// Applies one pgoutput change: learns relations, queues new outbox inserts (except
@@ -387,10 +398,11 @@ fn on_change(
             let commit_lsn = session
                 .commit_lsn
                 .ok_or_else(|| protocol("Insert outside a transaction".to_owned()))?;
-            let position = Position::Log {
+            let position = PgPosition::Log {
                 lsn: commit_lsn,
                 row: layout.position(&tuple)?,
-            };
+            }
+            .encode();
             // Resuming needs positions that grow in stream order: commit LSNs do, and
             // rows inside a commit do when `position` is DEFAULT nextval() (one session
             // draws increasing values). A caller-chosen position could break that.
@@ -478,19 +490,18 @@ impl Relay for CdcRelay {
         Ok(batch)
     }
 
-    /// Saves `through` in the cursor table, then confirms its commit LSN to the slot.
-    /// A catch-up (snapshot) position is saved as a polling-style cursor, and confirms
-    /// nothing: the slot stays at its start until the first log position.
+    /// Saves `through` through the store's cursor table (the store's cursor rule: a
+    /// position at or before the saved one changes nothing), then confirms its commit
+    /// LSN to the slot. A catch-up (snapshot) position is saved as a polling-style
+    /// cursor, and confirms nothing: the slot stays at its start until the first log
+    /// position.
     ///
     /// Confirming the commit LSN (not its end) keeps that whole transaction in the
     /// slot: `through` may sit in the middle of it. After a restart the transaction is
     /// streamed again and its rows up to `through` are skipped against the cursor.
+    /// The slot is never confirmed past the saved cursor: `through` is at or before it.
     async fn acknowledge(&mut self, through: Position) -> Result<()> {
-        let lsn = match through {
-            Position::Log { lsn, .. } => Some(lsn),
-            Position::Snapshot { .. } => None,
-            other => return Err(not_ours(other)),
-        };
+        let position = PgPosition::decode(&through).map_err(|_| not_ours(through))?;
         if self.acknowledged.is_some_and(|a| through <= a) {
             return Ok(());
         }
@@ -503,22 +514,11 @@ impl Relay for CdcRelay {
                 ),
             ));
         }
-        if !self
-            .cursors
-            .save(&self.pool, &self.config.relay, through)
-            .await?
-        {
-            return Err(Error::new(
-                ErrorKind::Config,
-                format!(
-                    "the saved cursor of relay {:?} is ahead of {through}: another relay instance uses the same name",
-                    self.config.relay
-                ),
-            )
-            .with("relay", &self.config.relay));
-        }
+        self.cursors
+            .save(&self.pool, &self.config.relay, position, None)
+            .await?;
         self.acknowledged = Some(through);
-        if let (Some(session), Some(lsn)) = (&self.session, lsn) {
+        if let (Some(session), PgPosition::Log { lsn, .. }) = (&self.session, position) {
             session.client.update_applied_lsn(Lsn(lsn));
         }
         Ok(())

@@ -349,7 +349,7 @@ mod tests {
     #[test]
     fn a_slot_ahead_of_the_cursor_is_refused() {
         let config = CdcConfig::new("postgres://x/y");
-        let cursor = Position::Log { lsn: 1000, row: 7 };
+        let cursor = crate::position::PgPosition::Log { lsn: 1000, row: 7 }.encode();
         check_against_cursor(&config, 1000, Some(cursor)).unwrap();
         check_against_cursor(&config, 10, Some(cursor)).unwrap();
         check_against_cursor(&config, 5000, None).unwrap();

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::OutboxEvent;
-use outbox_store_postgres::{PgConfig, PgStore};
+use outbox_store_postgres::{PgConfig, PgPosition, PgStore};
 use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection, PgPool};
 use tokio::sync::OnceCell;
 use uuid::Uuid;
@@ -188,10 +188,17 @@ impl TestDb {
 
 /// The txid of a stored event's position.
 pub fn txid_of(event: &OutboxEvent) -> u64 {
-    match event.position {
-        outbox_core::Position::Snapshot { txid, .. } => txid,
-        other => panic!("not a snapshot position: {other}"),
+    match PgPosition::decode(&event.position) {
+        Ok(PgPosition::Snapshot { txid, .. }) => txid,
+        _ => panic!("not a snapshot position: {}", event.position),
     }
+}
+
+/// The outbox row (`outbox_events.position`) of a stored event's position.
+pub fn row_of(event: &OutboxEvent) -> i64 {
+    PgPosition::decode(&event.position)
+        .expect("a Postgres position")
+        .row()
 }
 
 /// Waits until no transaction holds an xid below `txid`, except those on the backends
