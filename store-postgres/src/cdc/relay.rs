@@ -433,7 +433,7 @@ fn on_change(
         }
         Message::Update { relation } | Message::Delete { relation } => {
             if matches!(session.relations.get(&relation), Some(Some(_))) {
-                tracing::error!(table = %config.table, "an outbox row was updated or deleted: the table must be append-only (DESIGN §2.4)");
+                tracing::error!(table = %config.table, "an outbox row was updated or deleted: the table must be append-only (docs/ARCHITECTURE.md, invariant 4)");
             }
         }
         Message::Truncate | Message::Ignored => {}
