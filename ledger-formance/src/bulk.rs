@@ -156,7 +156,9 @@ impl FormanceLedger {
                         Ok(PostOutcome::Rejected { code, message })
                     }
                     Refusal::Conflict { message } => {
-                        self.resolve_conflict(item.key, item.body, message).await
+                        // Element errors go back in the element's result, unlogged.
+                        self.resolve_conflict(item.key, item.body, message, |e| e)
+                            .await
                     }
                     Refusal::Failed(error) => Err(error),
                 }

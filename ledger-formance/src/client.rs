@@ -99,25 +99,14 @@ impl<'a> Request<'a> {
     }
 
     /// Adds where the error happened, and logs it at a level fitting its class.
-    ///
-    /// An error that already names an endpoint comes from a nested call (the lookup
-    /// that resolves a 409): it keeps its place and was logged there; only the
-    /// event id is added.
+    /// Called once per error, by the request that met it (an error of a nested
+    /// lookup, such as the one that resolves a 409, was failed by its own request).
     pub(crate) fn fail(&self, error: Error) -> Error {
-        let fresh = error.context("endpoint").is_none();
-        let mut error = error;
-        if fresh {
-            error = error.with("endpoint", self.url.path());
-        }
+        let mut error = error.with("endpoint", self.url.path());
         match (self.event_id, &self.idempotency_key) {
-            (Some(event_id), _) if error.context("event_id").is_none() => {
-                error = error.with("event_id", event_id);
-            }
+            (Some(event_id), _) => error = error.with("event_id", event_id),
             (None, Some(key)) => error = error.with("idempotency_key", key),
             _ => {}
-        }
-        if !fresh {
-            return error;
         }
         if error.kind() == &ErrorKind::IdempotencyMismatch {
             // Never retried and never expected: the stored payload changed, or two
@@ -224,7 +213,7 @@ impl FormanceLedger {
             return Ok(true);
         }
         let error = answer.refusal().into_error();
-        if error.context("error_code") == Some("LEDGER_ALREADY_EXISTS") {
+        if error.code() == Some("LEDGER_ALREADY_EXISTS") {
             return Ok(false);
         }
         Err(request.fail(error))
@@ -247,7 +236,7 @@ impl FormanceLedger {
         }
         let error = answer.refusal().into_error();
         // LEDGER_NOT_FOUND is also a 404, and is an error, not an empty account.
-        if error.context("error_code") == Some("NOT_FOUND") {
+        if error.code() == Some("NOT_FOUND") {
             return Ok(None);
         }
         Err(request.fail(error))
@@ -294,11 +283,16 @@ impl FormanceLedger {
     /// of this very event raced the first post, the loser hits the reference index
     /// before the idempotency lookup. The transaction holding the reference tells
     /// which: if it carries this event id, the event is in the ledger.
+    ///
+    /// `fail` finishes the errors this decides itself (the post's request adds its
+    /// place and logs them); an error of the reference lookup was finished by the
+    /// lookup's own request and only gets the event id.
     pub(crate) async fn resolve_conflict(
         &self,
         key: EventId,
         body: &[u8],
         message: String,
+        fail: impl Fn(Error) -> Error,
     ) -> Result<PostOutcome> {
         let reference = serde_json::from_slice::<ReferenceOnly>(body)
             .unwrap_or_default()
@@ -307,12 +301,18 @@ impl FormanceLedger {
         let Some(reference) = reference else {
             // Without a reference the only 409 is a concurrent duplicate key: a retry
             // finds the stored key and replays (or reports a mismatch).
-            return Err(Error::new(ErrorKind::Ledger, message)
-                .with("error_code", "CONFLICT")
-                .transient(None));
+            return Err(fail(
+                Error::new(ErrorKind::Ledger, message)
+                    .with_code("CONFLICT")
+                    .transient(None),
+            ));
         };
         let key = key.to_string();
-        match self.transaction_by_reference(&reference).await? {
+        let holder = self
+            .transaction_by_reference(&reference)
+            .await
+            .map_err(|e| e.with("event_id", &key))?;
+        match holder {
             Some(tx) if tx.metadata.get(OUTBOX_EVENT_ID_KEY) == Some(&key) => {
                 tracing::info!(event_id = %key, transaction_id = tx.id, %reference, "reference conflict resolved as a replay");
                 Ok(PostOutcome::Replayed {
@@ -328,13 +328,15 @@ impl FormanceLedger {
             }
             // The holder was a concurrent insert that rolled back: the reference is
             // free again, so a retry may well succeed.
-            None => Err(Error::new(
-                ErrorKind::Ledger,
-                format!("{message} (no transaction holds the reference now)"),
-            )
-            .with("error_code", "CONFLICT")
-            .with("reference", reference)
-            .transient(None)),
+            None => Err(fail(
+                Error::new(
+                    ErrorKind::Ledger,
+                    format!("{message} (no transaction holds the reference now)"),
+                )
+                .with_code("CONFLICT")
+                .with("reference", reference)
+                .transient(None),
+            )),
         }
     }
 
@@ -416,10 +418,10 @@ impl Ledger for FormanceLedger {
                 tracing::info!(event_id = %key, %code, %message, "ledger rejected the post");
                 Ok(PostOutcome::Rejected { code, message })
             }
-            Refusal::Conflict { message } => self
-                .resolve_conflict(key, body, message)
-                .await
-                .map_err(|e| request.fail(e)),
+            Refusal::Conflict { message } => {
+                self.resolve_conflict(key, body, message, |e| request.fail(e))
+                    .await
+            }
             Refusal::Failed(error) => Err(request.fail(error)),
         }
     }
@@ -457,7 +459,7 @@ impl Ledger for FormanceLedger {
             // A revert has no reference: the only 409 is a concurrent duplicate key.
             Refusal::Conflict { message } => Err(request.fail(
                 Error::new(ErrorKind::Ledger, message)
-                    .with("error_code", "CONFLICT")
+                    .with_code("CONFLICT")
                     .transient(None),
             )),
             Refusal::Failed(error) => {
@@ -510,7 +512,7 @@ impl Ledger for FormanceLedger {
         let error = match answer.refusal() {
             // Metadata has no reference: a 409 is a concurrent duplicate key.
             Refusal::Conflict { message } => Error::new(ErrorKind::Ledger, message)
-                .with("error_code", "CONFLICT")
+                .with_code("CONFLICT")
                 .transient(None),
             refusal => refusal.into_error(),
         };

@@ -63,10 +63,10 @@ impl Refusal {
     pub(crate) fn into_error(self) -> Error {
         match self {
             Self::Rejected { code, message } => {
-                Error::new(ErrorKind::Ledger, message).with("error_code", code)
+                Error::new(ErrorKind::Ledger, message).with_code(code)
             }
             Self::Conflict { message } => {
-                Error::new(ErrorKind::Ledger, message).with("error_code", "CONFLICT")
+                Error::new(ErrorKind::Ledger, message).with_code("CONFLICT")
             }
             Self::Failed(error) => error,
         }
@@ -97,7 +97,7 @@ pub(crate) fn classify_answer(
     };
     let mut error = Error::new(kind, message).with("status", status.as_u16());
     if !code.is_empty() {
-        error = error.with("error_code", code);
+        error = error.with_code(code);
     }
     if is_transient_status(status.as_u16()) {
         error = error.transient(retry_after(headers, now));
@@ -111,7 +111,7 @@ pub(crate) fn classify_element(code: &str, description: &str) -> Refusal {
     if let Some(refusal) = classify_code(code, description) {
         return refusal;
     }
-    let error = Error::new(ErrorKind::Ledger, description).with("error_code", code);
+    let error = Error::new(ErrorKind::Ledger, description).with_code(code);
     // INTERNAL is a server fault (or "context canceled": the element never ran), so
     // sending it again under the same key is right.
     if code == "INTERNAL" {
@@ -129,7 +129,7 @@ fn classify_code(code: &str, message: &str) -> Option<Refusal> {
                 ErrorKind::IdempotencyMismatch,
                 format!("the ledger holds this idempotency key with a different body: {message}"),
             )
-            .with("error_code", code),
+            .with_code(code),
         ));
     }
     if BUSINESS_CODES.contains(&code) {

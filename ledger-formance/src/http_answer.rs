@@ -29,7 +29,7 @@ pub(crate) fn classify_transport(err: reqwest::Error, timeout_note: &str) -> Err
     } else {
         NoAnswer::BrokenOff
     };
-    no_answer(why, &error_chain(&err), timeout_note)
+    no_answer(why, &error_chain(&err), timeout_note).with_source(err)
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! (what the caller should do about it).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What went wrong, coarse enough to branch on.
@@ -44,14 +45,49 @@ pub enum Retry {
 /// The error of every ledger-outbox operation.
 ///
 /// Errors are permanent unless the adapter that raised them says otherwise; the
-/// relay retries only [`Retry::Transient`] ones.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// relay retries only [`Retry::Transient`] ones. Decisions branch on typed parts
+/// only — [`kind`](Self::kind), [`retry`](Self::retry), [`field`](Self::field) and the
+/// other side's [`code`](Self::code); the context entries are for people reading the
+/// error. The error that caused it (a driver's, a client's) stays reachable through
+/// [`std::error::Error::source`].
+#[derive(Debug, Clone)]
 pub struct Error {
     kind: ErrorKind,
     retry: Retry,
     message: String,
     context: Vec<(&'static str, String)>,
+    /// Boxed: most errors have neither, and `Result<T, Error>` stays small.
+    origin: Option<Box<Origin>>,
 }
+
+/// What the other side said, and the error that caused this one.
+#[derive(Debug, Clone, Default)]
+struct Origin {
+    /// The other side's own error code: a ledger's `errorCode`.
+    code: Option<String>,
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+/// Equal when everything but the cause is (a cause is rarely comparable).
+impl PartialEq for Error {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            &self.kind,
+            self.retry,
+            &self.message,
+            self.code(),
+            &self.context,
+        ) == (
+            &other.kind,
+            other.retry,
+            &other.message,
+            other.code(),
+            &other.context,
+        )
+    }
+}
+
+impl Eq for Error {}
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -64,6 +100,7 @@ impl Error {
             retry: Retry::Permanent,
             message: message.into(),
             context: Vec::new(),
+            origin: None,
         }
     }
 
@@ -89,6 +126,30 @@ impl Error {
     pub fn exhausted(mut self) -> Self {
         self.retry = Retry::Exhausted;
         self
+    }
+
+    /// The other side's own error code (a ledger's `errorCode` such as
+    /// `INSUFFICIENT_FUND`), which decisions may branch on. Also shown as the
+    /// `error_code` context entry.
+    #[must_use]
+    pub fn with_code(mut self, code: impl Into<String>) -> Self {
+        let code = code.into();
+        self.context.retain(|(k, _)| *k != "error_code");
+        self.context.push(("error_code", code.clone()));
+        self.origin.get_or_insert_default().code = Some(code);
+        self
+    }
+
+    /// The error that caused this one, kept for [`std::error::Error::source`].
+    #[must_use]
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.origin.get_or_insert_default().source = Some(Arc::new(source));
+        self
+    }
+
+    /// The other side's error code, when it sent one (see [`with_code`](Self::with_code)).
+    pub fn code(&self) -> Option<&str> {
+        self.origin.as_ref()?.code.as_deref()
     }
 
     /// Adds a piece of context (which event, account, endpoint). Never a secret.
@@ -151,7 +212,15 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.origin
+            .as_ref()?
+            .source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -171,6 +240,19 @@ mod tests {
         );
         assert!(t.to_string().contains("retry after 2s"), "{t}");
         assert_eq!(t.exhausted().retry(), Retry::Exhausted);
+    }
+
+    #[test]
+    fn the_cause_and_the_code_are_kept() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        let e = Error::new(ErrorKind::Storage, "writing the cursor")
+            .with_source(io)
+            .with_code("57P01");
+        let source = std::error::Error::source(&e).expect("a source");
+        assert_eq!(source.to_string(), "reset by peer");
+        assert_eq!(e.code(), Some("57P01"));
+        assert!(e.to_string().contains("[error_code=57P01]"), "{e}");
+        assert_eq!(e.clone(), e, "clones are equal, cause included");
     }
 
     #[test]

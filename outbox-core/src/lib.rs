@@ -10,6 +10,7 @@ pub mod http_answer;
 pub mod inbox;
 pub mod ledger;
 pub mod relay;
+pub mod retry;
 pub mod store;
 #[cfg(test)]
 mod testing;
@@ -22,7 +23,7 @@ pub use fanout::{
     AppendOutcome, CatchUp, CatchUpReport, DeadLetter, DeadLetterAccount, DeadLetterQuery,
     DeadLetterReason, DeadLetterState, FanoutConfig, FanoutLoop, FanoutMessage, FanoutStore,
     FanoutSummary, LedgerLogEntry, LedgerLogSource, MessageSink, NewDeadLetter, Publisher,
-    PublisherCapabilities, ReplayRequest, StoreRetry, StoredMessage, Subscriber,
+    PublisherCapabilities, ReplayRequest, StoredMessage, Subscriber,
 };
 pub use inbox::{
     Accepted, Claim, GapAlarm, Handler, HeldGap, HoldResult, Inbox, InboxEngine, InboxMessage,
@@ -30,4 +31,5 @@ pub use inbox::{
 };
 pub use ledger::{Balances, BulkItem, Ledger, LedgerCapabilities, LedgerTransaction, PostOutcome};
 pub use relay::{PollingRelay, Relay, Wakeup};
+pub use retry::{Retries, RetryPolicy};
 pub use store::{DeliveryOutcome, DeliveryRecord, DeliveryState, Lag, Store, StoreCapabilities};

@@ -12,7 +12,7 @@ pub const APPEND_ONLY_SQLSTATE: &str = "OB001";
 
 /// Classifies a sqlx error, for callers that run their own statements beside the outbox.
 pub fn map_error(err: sqlx::Error) -> Error {
-    classify(&err)
+    classify(&err).with_source(err)
 }
 
 fn classify(err: &sqlx::Error) -> Error {

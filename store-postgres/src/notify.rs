@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{Result, Wakeup};
+use outbox_core::{Backoff, Result, RetryPolicy, Wakeup};
 use sqlx::PgPool;
 use sqlx::postgres::{PgListener, PgNotification};
 use tokio::sync::watch;
@@ -28,8 +28,11 @@ pub const NOTIFY_CHANNEL: &str = "outbox_events";
 
 /// First and longest delay between horizon checks while notified rows wait.
 const HORIZON_CHECK: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(1));
-/// First and longest delay between reconnect attempts.
-const RECONNECT: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+/// Reconnecting the LISTEN session: for ever, 100 ms doubling up to 5 s with jitter.
+const RECONNECT: RetryPolicy = RetryPolicy::forever(Backoff {
+    initial: Duration::from_millis(100),
+    max: Duration::from_secs(5),
+});
 
 /// Connects, subscribes, and spawns the listening task; returns once LISTEN is in
 /// place, so an enqueue committed after this returns is never missed. The task ends
@@ -77,7 +80,8 @@ enum Step {
 impl Listening {
     async fn run(mut self, listener: PgListener) {
         let mut listener = Some(listener);
-        let mut reconnect_delay = RECONNECT.0;
+        let mut reconnects = RECONNECT.start();
+        let mut reconnect_delay = RECONNECT.backoff.initial;
         loop {
             let Some(active) = listener.as_mut() else {
                 tokio::select! {
@@ -87,13 +91,18 @@ impl Listening {
                 match listen(&self.pool).await {
                     Ok(fresh) => {
                         listener = Some(fresh);
-                        reconnect_delay = RECONNECT.0;
+                        reconnects.reset();
+                        reconnect_delay = RECONNECT.backoff.initial;
                         // Notifications sent while disconnected are lost: look anyway.
                         self.wakeup.notify();
                     }
                     Err(e) => {
-                        reconnect_delay = (reconnect_delay * 2).min(RECONNECT.1);
-                        tracing::warn!(error = %e, retry_in = ?reconnect_delay, "outbox LISTEN connection failed");
+                        let shown = e.to_string();
+                        // Worth another try whatever the cause: the relay polls meanwhile.
+                        reconnect_delay = reconnects
+                            .after(e.transient(None))
+                            .unwrap_or(RECONNECT.backoff.max);
+                        tracing::warn!(error = %shown, retry_in = ?reconnect_delay, "outbox LISTEN connection failed");
                     }
                 }
                 continue;

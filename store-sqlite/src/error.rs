@@ -6,7 +6,11 @@ use rusqlite::ErrorCode;
 
 /// Classifies a rusqlite error, for callers that run their own statements beside the outbox.
 pub fn map(err: rusqlite::Error) -> Error {
-    if let rusqlite::Error::SqliteFailure(failure, message) = &err {
+    classify(&err).with_source(err)
+}
+
+fn classify(err: &rusqlite::Error) -> Error {
+    if let rusqlite::Error::SqliteFailure(failure, message) = err {
         let text = message.clone().unwrap_or_else(|| failure.to_string());
         return match failure.code {
             ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use outbox_core::Result;
+use outbox_core::{Backoff, Result, RetryPolicy};
 use serde::Deserialize;
 
 use crate::error;
@@ -169,16 +169,14 @@ impl AmqpConfig {
         Duration::from_millis(self.confirm_timeout_ms)
     }
 
-    /// The delay before retry number `attempt` (0-based): exponential, capped, with
-    /// jitter (the delay is 75–100 % of the step) so a fleet does not reconnect in
-    /// lockstep.
-    pub(crate) fn backoff(&self, attempt: u32) -> Duration {
-        let base = self
-            .backoff_initial_ms
-            .saturating_mul(1u64 << attempt.min(20))
-            .min(self.backoff_max_ms);
-        let jitter = fastrand::u64(0..=base / 2);
-        Duration::from_millis(base - base / 4 + jitter / 2)
+    /// How a lost connection and a sink's transient refusal are retried: for ever,
+    /// `backoff_initial_ms` doubling up to `backoff_max_ms` with full jitter, so a
+    /// fleet of consumers does not reconnect in lockstep (`outbox_core::retry`).
+    pub(crate) fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::forever(Backoff {
+            initial: Duration::from_millis(self.backoff_initial_ms),
+            max: Duration::from_millis(self.backoff_max_ms),
+        })
     }
 
     /// `uri` with its password replaced, for logs and `Debug`.
@@ -243,7 +241,7 @@ impl fmt::Debug for AmqpConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use outbox_core::ErrorKind;
+    use outbox_core::{Error, ErrorKind};
 
     #[test]
     fn defaults_are_valid_and_documented() {
@@ -307,18 +305,20 @@ mod tests {
     }
 
     #[test]
-    fn backoff_grows_and_is_capped() {
+    fn reconnects_are_retried_for_ever_within_the_configured_bounds() {
         let c = AmqpConfig {
             backoff_initial_ms: 100,
             backoff_max_ms: 1_000,
             ..AmqpConfig::default()
         };
-        for attempt in 0..40 {
-            let d = c.backoff(attempt);
+        let policy = c.retry_policy();
+        assert_eq!(policy.max_retries, None);
+        let lost = Error::new(ErrorKind::Transport, "connection reset").transient(None);
+        let mut retries = policy.start();
+        for attempt in 1..40 {
+            let d = retries.after(lost.clone()).expect("retried for ever");
             assert!(d <= Duration::from_millis(1_000), "{attempt}: {d:?}");
-            assert!(d >= Duration::from_millis(75), "{attempt}: {d:?}");
         }
-        assert!(c.backoff(10) >= Duration::from_millis(750));
     }
 
     #[test]

@@ -48,7 +48,8 @@ pub(crate) fn lapin(error: &lapin::Error, doing: &'static str) -> Error {
         // same thing cannot help.
         _ => false,
     };
-    let e = Error::new(ErrorKind::Transport, format!("amqp {doing}: {error}"));
+    let e = Error::new(ErrorKind::Transport, format!("amqp {doing}: {error}"))
+        .with_source(error.clone());
     if transient { e.transient(None) } else { e }
 }
 

@@ -11,7 +11,7 @@ use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, Bas
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, Consumer};
 use outbox_core::fanout::headers;
-use outbox_core::{Error, FanoutMessage, MessageSink, Result, Retry, Subscriber};
+use outbox_core::{Error, FanoutMessage, MessageSink, Result, Retries, Subscriber};
 use tokio::sync::watch;
 
 use crate::config::AmqpConfig;
@@ -140,7 +140,7 @@ impl AmqpSubscriber {
         &self,
         sink: &Arc<dyn MessageSink>,
         shutdown: &watch::Receiver<bool>,
-        attempt: &mut u32,
+        retries: &mut Retries,
     ) -> End {
         let bound = self.config.connect_timeout();
         let mut watch_shutdown = shutdown.clone();
@@ -158,7 +158,7 @@ impl AmqpSubscriber {
                 );
             }
         };
-        *attempt = 0;
+        retries.reset();
         tracing::info!(
             exchange = %self.config.exchange,
             queues = consumers.len(),
@@ -248,7 +248,7 @@ impl AmqpSubscriber {
                 ));
             }
         };
-        let mut attempt = 0u32;
+        let mut retries = self.config.retry_policy().start();
         loop {
             let error = match worker
                 .sink
@@ -269,11 +269,10 @@ impl AmqpSubscriber {
                 Err(error) => error,
             };
             let error = context(error, &worker.queue, &delivery_id, &message);
-            match error.retry() {
-                Retry::Transient { after } => {
-                    let delay = after.unwrap_or_else(|| self.config.backoff(attempt));
-                    attempt = attempt.saturating_add(1);
-                    tracing::warn!(error = %error, attempt, ?delay, "amqp subscriber: sink refused a delivery, retrying");
+            let shown = error.to_string();
+            match retries.after(error) {
+                Ok(delay) => {
+                    tracing::warn!(error = %shown, failures = retries.failures(), ?delay, "amqp subscriber: sink refused a delivery, retrying");
                     tokio::select! {
                         biased;
                         () = stopped(&mut worker.shutdown) => return Some(End::Stopped),
@@ -281,7 +280,7 @@ impl AmqpSubscriber {
                         () = tokio::time::sleep(delay) => {}
                     }
                 }
-                Retry::Permanent | Retry::Exhausted => {
+                Err(error) => {
                     let _ = delivery.nack(requeue()).await;
                     return Some(End::Fatal(error));
                 }
@@ -297,21 +296,22 @@ impl Subscriber for AmqpSubscriber {
         sink: Arc<dyn MessageSink>,
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<()> {
-        let mut attempt = 0u32;
+        let mut retries = self.config.retry_policy().start();
         loop {
             if *shutdown.borrow() || shutdown.has_changed().is_err() {
                 return Ok(());
             }
-            match self.session(&sink, &shutdown, &mut attempt).await {
+            match self.session(&sink, &shutdown, &mut retries).await {
                 End::Stopped => {}
                 End::Fatal(e) => {
                     tracing::error!(error = %e, "amqp subscriber: stopping on a permanent error");
                     return Err(e);
                 }
                 End::Lost(e) => {
-                    let delay = self.config.backoff(attempt);
-                    attempt = attempt.saturating_add(1);
-                    tracing::warn!(error = %e, attempt, ?delay, uri = %self.config.redacted_uri(), "amqp subscriber: connection lost, reconnecting");
+                    let shown = e.to_string();
+                    // A lost connection is worth another try whatever its cause said.
+                    let delay = retries.after(e.transient(None))?;
+                    tracing::warn!(error = %shown, failures = retries.failures(), ?delay, uri = %self.config.redacted_uri(), "amqp subscriber: connection lost, reconnecting");
                     tokio::select! {
                         biased;
                         () = stopped(&mut shutdown) => return Ok(()),

@@ -84,7 +84,7 @@ pub(crate) fn classify_transport(err: reqwest::Error) -> Error {
     } else {
         NoAnswer::BrokenOff
     };
-    no_answer(why, &error_chain(&err), "the endpoint may have applied it")
+    no_answer(why, &error_chain(&err), "the endpoint may have applied it").with_source(err)
 }
 
 /// Our servers' answer when the sink did not take a delivery: 503 for a transient

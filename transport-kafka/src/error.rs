@@ -103,6 +103,10 @@ pub(crate) fn is_refusal_code(code: RDKafkaErrorCode) -> bool {
 
 /// Maps a librdkafka error to the core error, naming `what` was being done.
 pub fn map_kafka_error(what: &str, err: &KafkaError) -> Error {
+    classify(what, err).with_source(err.clone())
+}
+
+fn classify(what: &str, err: &KafkaError) -> Error {
     let message = format!("kafka {what}: {err}");
     match err {
         KafkaError::ClientConfig(..) | KafkaError::ClientCreation(_) | KafkaError::Nul(_) => {

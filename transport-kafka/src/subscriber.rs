@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outbox_core::fanout::headers;
-use outbox_core::{Error, FanoutMessage, MessageSink, Result, Subscriber};
+use outbox_core::{Error, FanoutMessage, MessageSink, Result, RetryPolicy, Subscriber};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedHeaders, BorrowedMessage, Headers, Message};
@@ -142,8 +142,7 @@ impl KafkaSubscriber {
         message: FanoutMessage,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<bool> {
-        let backoff = self.config.backoff();
-        let mut failures = 0u32;
+        let mut retries = RetryPolicy::forever(self.config.backoff()).start();
         loop {
             match sink.accept(delivery_id, vec![message.clone()]).await {
                 Ok(()) => {
@@ -155,24 +154,23 @@ impl KafkaSubscriber {
                     );
                     return Ok(true);
                 }
-                Err(e) if e.is_transient() => {
-                    failures = failures.saturating_add(1);
-                    let after = match e.retry() {
-                        outbox_core::Retry::Transient { after } => after,
-                        _ => None,
-                    };
-                    let delay = backoff.delay(failures, after);
-                    warn!(delivery_id, failures, ?delay, error = %e, "sink failed transiently; handing the message again");
-                    if pause(delay, shutdown).await {
-                        return Ok(false);
-                    }
-                }
                 Err(e) => {
-                    error!(delivery_id, error = %e, "sink failed permanently; stopping without acknowledging");
-                    return Err(e
-                        .with("delivery_id", delivery_id)
-                        .with("account", message.account.as_str())
-                        .with("sequence", message.sequence));
+                    let shown = e.to_string();
+                    match retries.after(e) {
+                        Ok(delay) => {
+                            warn!(delivery_id, failures = retries.failures(), ?delay, error = %shown, "sink failed transiently; handing the message again");
+                            if pause(delay, shutdown).await {
+                                return Ok(false);
+                            }
+                        }
+                        Err(e) => {
+                            error!(delivery_id, error = %e, "sink failed permanently; stopping without acknowledging");
+                            return Err(e
+                                .with("delivery_id", delivery_id)
+                                .with("account", message.account.as_str())
+                                .with("sequence", message.sequence));
+                        }
+                    }
                 }
             }
         }
@@ -188,8 +186,7 @@ impl KafkaSubscriber {
         offset: i64,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<bool> {
-        let backoff = self.config.backoff();
-        let mut failures = 0u32;
+        let mut retries = RetryPolicy::forever(self.config.backoff()).start();
         loop {
             let mut list = TopicPartitionList::new();
             list.add_partition_offset(&self.config.topic, partition, Offset::Offset(offset + 1))
@@ -228,15 +225,16 @@ impl KafkaSubscriber {
                     warn!(partition, offset, error = %e, "partition moved to another member before the commit; it will be re-delivered there");
                     return Ok(true);
                 }
-                Err((_, e)) if e.is_transient() => {
-                    failures = failures.saturating_add(1);
-                    let delay = backoff.delay(failures, None);
-                    warn!(partition, offset, failures, error = %e, "kafka commit failed; retrying");
+                Err((_, e)) => {
+                    let shown = e.to_string();
+                    let delay = retries
+                        .after(e)
+                        .map_err(|e| self.with_place(e, partition, offset))?;
+                    warn!(partition, offset, failures = retries.failures(), error = %shown, "kafka commit failed; retrying");
                     if pause(delay, shutdown).await {
                         return Ok(false);
                     }
                 }
-                Err((_, e)) => return Err(self.with_place(e, partition, offset)),
             }
         }
     }

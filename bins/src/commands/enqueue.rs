@@ -5,7 +5,7 @@ use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
 
-use outbox_core::{Error, ErrorKind, NewEvent, RawNewEvent, Result};
+use outbox_core::{Backoff, Error, ErrorKind, NewEvent, RawNewEvent, Result, RetryPolicy};
 
 use crate::wiring;
 
@@ -22,26 +22,27 @@ pub async fn run(database: &str, file: &Path) -> Result<()> {
             format!("{} holds no payouts", file.display()),
         ));
     }
-    let mut attempt = 0;
-    let stored = loop {
-        match db.enqueue_all(events.clone()).await {
-            Ok(stored) => break stored,
-            Err(e) if e.is_transient() && attempt < BUSY_RETRIES => {
-                attempt += 1;
-                tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
-            }
-            Err(e) => {
-                let line = e
-                    .context("index")
-                    .and_then(|i| i.parse::<usize>().ok())
-                    .map(|i| lines[i]);
-                return Err(match line {
-                    Some(line) => e.with("line", line),
-                    None => e,
-                });
-            }
-        }
+    // The whole file is one transaction: a busy database retries it whole.
+    let busy = RetryPolicy {
+        backoff: Backoff {
+            initial: Duration::from_millis(50),
+            max: Duration::from_secs(1),
+        },
+        max_retries: Some(BUSY_RETRIES),
     };
+    let stored = busy
+        .run("enqueue", || db.enqueue_all(events.clone()))
+        .await
+        .map_err(|e| {
+            let line = e
+                .context("index")
+                .and_then(|i| i.parse::<usize>().ok())
+                .map(|i| lines[i]);
+            match line {
+                Some(line) => e.with("line", line),
+                None => e,
+            }
+        })?;
     let accounts: BTreeSet<_> = stored.iter().map(|e| e.account.as_str()).collect();
     println!(
         "enqueued {} events for {} accounts from {} (positions {} to {})",

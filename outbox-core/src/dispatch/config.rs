@@ -2,35 +2,7 @@
 
 use std::time::Duration;
 
-/// Exponential backoff with full jitter: the n-th retry waits a uniformly random
-/// time in `[0, min(max, initial · 2^n)]`, or the ledger's `Retry-After` when longer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    pub initial: Duration,
-    pub max: Duration,
-}
-
-impl Backoff {
-    /// The delay before retry number `failures` (1 for the first retry).
-    pub fn delay(&self, failures: u32, retry_after: Option<Duration>) -> Duration {
-        let exp = failures.saturating_sub(1).min(20);
-        let ceiling = self.initial.saturating_mul(1 << exp).min(self.max);
-        let jittered = ceiling.mul_f64(fastrand::f64());
-        match retry_after {
-            Some(after) if after > jittered => after.min(self.max.max(after)),
-            _ => jittered,
-        }
-    }
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self {
-            initial: Duration::from_millis(100),
-            max: Duration::from_secs(10),
-        }
-    }
-}
+pub use crate::retry::Backoff;
 
 /// Dispatcher settings.
 ///
@@ -71,26 +43,5 @@ impl Default for DispatchConfig {
             max_attempts: None,
             cursor_interval: Duration::from_millis(200),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_is_capped_and_honours_retry_after() {
-        let b = Backoff {
-            initial: Duration::from_millis(10),
-            max: Duration::from_millis(80),
-        };
-        for failures in 1..30 {
-            assert!(b.delay(failures, None) <= Duration::from_millis(80));
-        }
-        assert!(b.delay(1, None) <= Duration::from_millis(10));
-        assert_eq!(
-            b.delay(1, Some(Duration::from_secs(2))),
-            Duration::from_secs(2)
-        );
     }
 }

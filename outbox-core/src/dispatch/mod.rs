@@ -27,25 +27,22 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::exception::{ExceptionKind, NewException};
 use crate::ledger::{Ledger, PostOutcome};
 use crate::relay::Relay;
+use crate::retry::RetryPolicy;
 use crate::store::{DeliveryOutcome, DeliveryRecord, DeliveryState, Store, attempted_cursor};
 
-/// Retries a storage call on transient errors (lock contention) a bounded number of
-/// times: an outcome the ledger already gave must be recorded, not lost. A macro so
-/// the call may borrow `self` mutably on each try.
+/// Retries a storage call on transient errors under [`RetryPolicy::STORE`]: an
+/// outcome the ledger already gave must be recorded, not lost. A macro so the call
+/// may borrow `self` mutably on each try.
 macro_rules! retry_transient {
     ($call:expr) => {{
-        let backoff = Backoff {
-            initial: Duration::from_millis(20),
-            max: Duration::from_secs(2),
-        };
-        let mut failures = 0;
+        let mut retries = RetryPolicy::STORE.start();
         loop {
             match $call.await {
-                Err(e) if e.is_transient() && failures < 20 => {
-                    failures += 1;
-                    tokio::time::sleep(backoff.delay(failures, None)).await;
-                }
-                other => break other,
+                Err(e) => match retries.after(e) {
+                    Ok(delay) => tokio::time::sleep(delay).await,
+                    Err(e) => break Err(e),
+                },
+                ok => break ok,
             }
         }
     }};
@@ -414,18 +411,12 @@ impl Dispatcher {
     /// How long to wait before retrying `head` after `err`; `None` when it must not be
     /// retried (a permanent error, or the attempts are spent in drain mode).
     fn retry_delay(&self, head: &Pending, err: &Error) -> Option<Duration> {
-        let exhausted = self
-            .config
-            .max_attempts
-            .is_some_and(|max| head.failures + 1 >= max);
-        if !err.is_transient() || exhausted {
-            return None;
-        }
-        let retry_after = match err.retry() {
-            crate::Retry::Transient { after } => after,
-            _ => None,
+        let policy = RetryPolicy {
+            backoff: self.config.backoff,
+            // `max_attempts` counts failures; the policy counts retries after the first.
+            max_retries: self.config.max_attempts.map(|max| max.saturating_sub(1)),
         };
-        Some(self.config.backoff.delay(head.failures + 1, retry_after))
+        policy.delay_after(head.failures + 1, err)
     }
 
     /// A refused head's notice failed: retry the notice (never the post) after a
@@ -488,7 +479,7 @@ fn exception(event: &OutboxEvent, kind: ExceptionKind, detail: String) -> NewExc
 
 /// The ledger's error code when the adapter kept one, else a code for the error kind.
 fn error_code(err: &Error) -> String {
-    if let Some(code) = err.context("error_code") {
+    if let Some(code) = err.code() {
         return code.to_owned();
     }
     match err.kind() {

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use super::retry::StoreRetry;
 use crate::dispatch::Backoff;
 use crate::domain::Account;
+use crate::retry::RetryPolicy;
 
 /// Fan-out loop settings.
 ///
@@ -27,7 +27,7 @@ pub struct FanoutConfig {
     pub rounds_in_flight: usize,
     pub poll_interval: Duration,
     pub backoff: Backoff,
-    pub store_retry: StoreRetry,
+    pub store_retry: RetryPolicy,
 }
 
 impl Default for FanoutConfig {
@@ -40,7 +40,7 @@ impl Default for FanoutConfig {
             rounds_in_flight: 16,
             poll_interval: Duration::from_millis(500),
             backoff: Backoff::default(),
-            store_retry: StoreRetry::default(),
+            store_retry: RetryPolicy::STORE,
         }
     }
 }

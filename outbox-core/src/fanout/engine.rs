@@ -15,7 +15,7 @@
 //! behind it, in order, so the cursor passes them and the look-ahead buffer never
 //! fills up behind one poisoned account. A replay request releases the account; the
 //! loop then re-publishes its recorded messages in order before anything newer of it.
-//! Every store call retries transient errors ([`super::StoreRetry`]); a loop whose store
+//! Every store call retries transient errors ([`crate::RetryPolicy::STORE`]); a loop whose store
 //! stays unusable ends with the error, and the process running it should stop.
 //!
 //! A publisher that keeps order on the wire (`ordered_pipeline`: Kafka's idempotent

@@ -19,7 +19,6 @@ mod engine;
 pub mod headers;
 mod message;
 mod publisher;
-mod retry;
 mod set_aside;
 mod store;
 mod subscriber;
@@ -36,7 +35,6 @@ pub use dead_letter::{
 pub use engine::FanoutLoop;
 pub use message::FanoutMessage;
 pub use publisher::{Publisher, PublisherCapabilities};
-pub use retry::StoreRetry;
 pub use store::{AppendOutcome, FanoutStore, StoredMessage};
 pub use subscriber::{MessageSink, Subscriber};
 pub use webhook::{RequestHeaders, WebhookDecoder, WebhookDelivery, WebhookRefusal};

@@ -11,10 +11,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use super::dead_letter::DeadLetterState;
-use super::retry::StoreRetry;
 use super::{FanoutStore, StoredMessage};
 use crate::domain::Account;
 use crate::error::Result;
+use crate::retry::RetryPolicy;
 
 /// What the loop does with a message it read after its cursor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +71,7 @@ impl SetAside {
         store: &Arc<dyn FanoutStore>,
         destination: &str,
         cursor: u64,
-        retry: &StoreRetry,
+        retry: &RetryPolicy,
     ) -> Result<Self> {
         let accounts = retry
             .run("dead_letter_accounts", || {
@@ -169,7 +169,7 @@ impl SetAside {
     pub(super) async fn poll_requests(
         &mut self,
         store: &Arc<dyn FanoutStore>,
-        retry: &StoreRetry,
+        retry: &RetryPolicy,
     ) -> Result<usize> {
         let (destination, after) = (self.destination.clone(), self.last_request);
         let requests = retry
@@ -232,7 +232,7 @@ impl SetAside {
     pub(super) async fn take_replay(
         &mut self,
         store: &Arc<dyn FanoutStore>,
-        retry: &StoreRetry,
+        retry: &RetryPolicy,
         account: &Account,
         limit: usize,
         page: usize,
@@ -292,7 +292,7 @@ impl SetAside {
     pub(super) async fn save_progress(
         &mut self,
         store: &Arc<dyn FanoutStore>,
-        retry: &StoreRetry,
+        retry: &RetryPolicy,
     ) -> Result<()> {
         let destination = self.destination.clone();
         for (account, aside) in &mut self.accounts {

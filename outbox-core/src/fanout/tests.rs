@@ -14,6 +14,7 @@ use crate::domain::Account;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fanout::dead_letter::replay_progress_key;
 use crate::inbox::MessageKind;
+use crate::retry::RetryPolicy;
 
 #[derive(Default)]
 struct MemoryFanoutStore {
@@ -301,8 +302,8 @@ fn quick() -> FanoutConfig {
             initial: Duration::from_millis(1),
             max: Duration::from_millis(5),
         },
-        store_retry: StoreRetry {
-            attempts: 20,
+        store_retry: RetryPolicy {
+            max_retries: Some(20),
             backoff: Backoff {
                 initial: Duration::from_millis(1),
                 max: Duration::from_millis(2),

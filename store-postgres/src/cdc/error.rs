@@ -24,11 +24,12 @@ pub(crate) fn sql(doing: &str, err: sqlx::Error) -> Error {
         _ => false,
     };
     let error = Error::new(ErrorKind::Storage, format!("{doing}: {err}"));
-    if transient {
+    let error = if transient {
         error.transient(None)
     } else {
         error
-    }
+    };
+    error.with_source(err)
 }
 
 /// Classifies a replication-connection error.
