@@ -13,6 +13,6 @@ pub use intake::{FanoutIntake, start_intake};
 pub use publisher::HttpPublisher;
 pub use receiver::{RunningReceiver, WEBHOOK_PATH, start_receiver};
 pub use signing::{
-    DEFAULT_TOLERANCE, DELIVERY_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign,
+    DEFAULT_TOLERANCE, DELIVERY_ID_HEADER, SIGNATURE_HEADER, SIGNED_HEADERS, TIMESTAMP_HEADER, sign,
 };
 pub use subscriber::{HttpSubscriber, MESSAGES_PATH};
