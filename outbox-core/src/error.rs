@@ -10,7 +10,11 @@ use std::time::Duration;
 #[non_exhaustive]
 pub enum ErrorKind {
     /// Input failed validation; `field` names the offending field or header.
-    InvalidInput { field: String },
+    InvalidInput {
+        /// The offending field's path (`postings[2].amount`, `metadata.outbox_sequence`)
+        /// or header (`header outbox-sequence`).
+        field: String,
+    },
     /// The storage backend failed (I/O, constraint, lock contention, …).
     Storage,
     /// The database refused to change an immutable record (append-only trigger).
@@ -35,7 +39,10 @@ pub enum ErrorKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retry {
     /// Try again, after `after` when the other side said so (`Retry-After`).
-    Transient { after: Option<Duration> },
+    Transient {
+        /// The least wait the other side asked for; `None`: the caller's own backoff.
+        after: Option<Duration>,
+    },
     /// Retrying the same request cannot succeed.
     Permanent,
     /// It was transient, but the retry budget is spent.
@@ -159,18 +166,24 @@ impl Error {
         self
     }
 
+    /// What went wrong.
     pub fn kind(&self) -> &ErrorKind {
         &self.kind
     }
 
+    /// What the caller may do about it: [`Retry::Permanent`] unless the adapter that
+    /// raised it said otherwise.
     pub fn retry(&self) -> Retry {
         self.retry
     }
 
+    /// Whether a retry may succeed ([`Retry::Transient`]); an exhausted error is not.
     pub fn is_transient(&self) -> bool {
         matches!(self.retry, Retry::Transient { .. })
     }
 
+    /// The message alone, without the field, context or retry class that
+    /// [`Display`](std::fmt::Display) adds.
     pub fn message(&self) -> &str {
         &self.message
     }

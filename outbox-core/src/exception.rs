@@ -33,6 +33,7 @@ pub enum ExceptionKind {
 }
 
 impl ExceptionKind {
+    /// Every kind, in declaration order (for listings and for parsing).
     pub const ALL: [Self; 10] = [
         Self::Rejected,
         Self::IdempotencyMismatch,
@@ -62,6 +63,8 @@ impl ExceptionKind {
         }
     }
 
+    /// The kind stored as `text` (see [`as_str`](Self::as_str)); `None` for any other
+    /// text.
     pub fn parse(text: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.as_str() == text)
     }
@@ -73,20 +76,33 @@ impl ExceptionKind {
 pub struct NewException {
     /// Who raised it: a relay name or a consumer name.
     pub source: String,
+    /// What a person has to look at.
     pub kind: ExceptionKind,
+    /// The account concerned: the outbox event's or the message's account.
     pub account: Account,
+    /// The per-account sequence concerned: the event's or the message's; for
+    /// [`ExceptionKind::Gap`] the missing one.
     pub sequence: u64,
+    /// What happened, for the person on call: the ledger's code, the instructions
+    /// involved, the error. Never a secret.
     pub detail: String,
 }
 
 /// A recorded exception.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exception {
+    /// The store's row id: unique, increasing in the order exceptions were recorded.
     pub id: i64,
+    /// Who raised it: a relay name or a consumer name.
     pub source: String,
+    /// What a person has to look at.
     pub kind: ExceptionKind,
+    /// The account concerned.
     pub account: Account,
+    /// The per-account sequence concerned (for a gap, the missing one).
     pub sequence: u64,
+    /// What happened, as recorded.
     pub detail: String,
+    /// When the store recorded it.
     pub detected_at: DateTime<Utc>,
 }

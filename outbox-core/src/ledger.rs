@@ -11,27 +11,49 @@ use crate::error::Result;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PostOutcome {
     /// A new transaction was committed.
-    Accepted { transaction_id: u64 },
+    Accepted {
+        /// The ledger's id of the new transaction (for a revert, of the reversing
+        /// one): a per-ledger counter from 1, which may have gaps.
+        transaction_id: u64,
+    },
     /// The key was seen before with the same body: the original transaction, nothing new.
-    Replayed { transaction_id: u64 },
+    Replayed {
+        /// The id of the transaction the first post created.
+        transaction_id: u64,
+    },
     /// A business refusal that no retry can change (INSUFFICIENT_FUND, …).
-    Rejected { code: String, message: String },
+    Rejected {
+        /// The ledger's `errorCode` (`INSUFFICIENT_FUND`, `ALREADY_REVERT`, …): it is
+        /// recorded on the delivery and carried by the rejection notice.
+        code: String,
+        /// The ledger's `errorMessage`, for people.
+        message: String,
+    },
 }
 
 /// One element of a bulk post: the idempotency key and the exact stored body.
 #[derive(Debug, Clone, Copy)]
 pub struct BulkItem<'a> {
+    /// The event id, sent as this element's idempotency key.
     pub key: EventId,
+    /// The stored `TransactionRequest` bytes, sent unchanged (the ledger hashes them
+    /// under the key).
     pub body: &'a [u8],
 }
 
 /// A transaction as read back from the ledger.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerTransaction {
+    /// The ledger's transaction id.
     pub id: u64,
+    /// Its movements, amounts in minor units.
     pub postings: Vec<Posting>,
+    /// Its reference; `None` when it was posted without one.
     pub reference: Option<String>,
+    /// Its metadata, the outbox identity (`outbox_event_id`, `outbox_account`,
+    /// `outbox_sequence`) included.
     pub metadata: Metadata,
+    /// Whether a later transaction has reverted it.
     pub reverted: bool,
 }
 
@@ -47,6 +69,7 @@ pub struct LedgerCapabilities {
 }
 
 impl LedgerCapabilities {
+    /// Capabilities of an adapter that takes at most `max_bulk` elements per bulk call.
     pub const fn new(max_bulk: usize) -> Self {
         Self { max_bulk }
     }
@@ -69,6 +92,7 @@ impl LedgerCapabilities {
 ///   of each account), so one item's refusal or failure must not stop the others.
 #[async_trait]
 pub trait Ledger: Send + Sync + 'static {
+    /// What this adapter supports; the dispatcher caps its bulk size by it.
     fn capabilities(&self) -> LedgerCapabilities;
 
     /// Creates a transaction from a stored `TransactionRequest` body.

@@ -52,6 +52,7 @@ impl Default for Backoff {
 /// How transient failures of one kind of call are retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
+    /// The delay before each retry.
     pub backoff: Backoff,
     /// Retries after the first failure before giving up; `None` retries for ever.
     pub max_retries: Option<u32>,

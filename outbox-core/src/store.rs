@@ -24,6 +24,8 @@ pub enum DeliveryOutcome {
 }
 
 impl DeliveryOutcome {
+    /// The stable name stored in the `outbox_deliveries.outcome` column: `accepted`,
+    /// `replayed`, `rejected` or `failed`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Accepted => "accepted",
@@ -33,6 +35,8 @@ impl DeliveryOutcome {
         }
     }
 
+    /// The outcome stored as `text` (see [`as_str`](Self::as_str)); `None` for any
+    /// other text.
     pub fn parse(text: &str) -> Option<Self> {
         [Self::Accepted, Self::Replayed, Self::Rejected, Self::Failed]
             .into_iter()
@@ -48,13 +52,23 @@ impl DeliveryOutcome {
 /// One append-only row of `outbox_deliveries`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryRecord {
+    /// The event this attempt posted.
     pub event_id: EventId,
     /// 1 for the first attempt of this event, counting across relay restarts.
     pub attempt: u32,
+    /// What the attempt ended with; only `Failed` is not terminal.
     pub outcome: DeliveryOutcome,
+    /// The ledger transaction id for `Accepted` and `Replayed` (for a revert, the
+    /// reversing transaction's); `None` otherwise.
     pub ledger_tx_id: Option<u64>,
+    /// For `Rejected`, the ledger's code (`INSUFFICIENT_FUND`); for `Failed`, the
+    /// other side's code or the error kind (`TRANSPORT`, `IDEMPOTENCY_MISMATCH`);
+    /// `None` for `Accepted` and `Replayed`.
     pub error_code: Option<String>,
+    /// For people: the ledger's message (`Rejected`), the error (`Failed`), or how a
+    /// refusal was found after a restart; `None` for `Accepted` and `Replayed`.
     pub detail: Option<String>,
+    /// When the relay finished the attempt (its clock, not the ledger's).
     pub at: DateTime<Utc>,
 }
 
@@ -118,6 +132,7 @@ pub struct StoreCapabilities {
 }
 
 impl StoreCapabilities {
+    /// Capabilities with both flags given, as a store crate declares them.
     pub const fn new(concurrent_writers: bool, cdc: bool) -> Self {
         Self {
             concurrent_writers,
@@ -161,6 +176,7 @@ impl StoreCapabilities {
 /// - Names are opaque text and independent: a save under one name never moves another.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
+    /// What this store supports; the conformance suites skip the cases it does not claim.
     fn capabilities(&self) -> StoreCapabilities;
 
     /// Up to `limit` committed events after `after` (from the start when `None`), in commit order.

@@ -18,12 +18,26 @@ pub use crate::retry::Backoff;
 /// | `cursor_interval` | 200 ms | least time between cursor saves while busy (always saved when idle or stopping) |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DispatchConfig {
+    /// Events read from the relay at a time; the dispatcher reads more only while
+    /// fewer than this many are active.
     pub batch_size: usize,
+    /// Whether the heads of several accounts go out in one `_bulk` call (each with its
+    /// own idempotency key) when the ledger supports it.
     pub bulk: bool,
+    /// Most elements per bulk call, capped by [`crate::LedgerCapabilities::max_bulk`];
+    /// 1 or less sends one post per event.
     pub max_bulk: usize,
+    /// Ledger requests in flight at once (at least 1). One account still has at most
+    /// one event in flight: parallelism is across accounts.
     pub parallel_requests: usize,
+    /// The longest wait for new events when no wake-up arrives.
     pub poll_interval: Duration,
+    /// Delay before retrying an account's head after a transient failure (full jitter;
+    /// a longer `Retry-After` wins).
     pub backoff: Backoff,
+    /// `None`: transient failures are retried for ever. `Some(n)`: after `n` failures
+    /// of one event its account is stopped with a `Stopped` exception, so a drain
+    /// ends (`outbox relay --once` uses 30 unless told otherwise).
     pub max_attempts: Option<u32>,
     /// A cursor save per round would cost an fsync per round; after a crash a cursor
     /// that lags only means more events to look up (they have terminal records and are

@@ -2,6 +2,8 @@
 
 use crate::domain::Account;
 
+/// What one dispatcher run did, counted over this run only, and the accounts it left
+/// stopped. A fleet adds up its partitions' summaries.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Summary {
     /// New ledger transactions.

@@ -31,10 +31,12 @@ impl Account {
         }
     }
 
+    /// Validates `text`, naming the field `account` in the error.
     pub fn parse(text: &str) -> Result<Self> {
         Self::parse_field("account", text)
     }
 
+    /// The address as the ledger writes it, without `@` (`merchants:4471:available`).
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -13,12 +13,15 @@ use crate::error::{Error, Result};
 pub struct Amount(u64);
 
 impl Amount {
+    /// No money.
     pub const ZERO: Self = Self(0);
 
+    /// An amount of `minor_units` of its asset's smallest unit (cents for `USD/2`).
     pub const fn new(minor_units: u64) -> Self {
         Self(minor_units)
     }
 
+    /// The amount in minor units, as the ledger receives it.
     pub const fn minor_units(self) -> u64 {
         self.0
     }
@@ -62,7 +65,9 @@ impl fmt::Debug for Amount {
 /// An asset and an amount, written in UMN as `USD/2 48500000`.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Monetary {
+    /// The asset, whose scale says how many minor units make one major unit.
     pub asset: Asset,
+    /// The amount in that asset's minor units.
     pub amount: Amount,
 }
 

@@ -18,6 +18,8 @@ static ASSET: LazyLock<Regex> = LazyLock::new(|| {
 pub struct Asset(String);
 
 impl Asset {
+    /// Validates `text` (`USD/2`: an upper-case code, an optional `_SUFFIX`, an
+    /// optional `/scale`), naming `field` in the error.
     pub fn parse_field(field: &str, text: &str) -> Result<Self> {
         if ASSET.is_match(text) {
             Ok(Self(text.to_owned()))
@@ -31,10 +33,12 @@ impl Asset {
         }
     }
 
+    /// Validates `text`, naming the field `asset` in the error.
     pub fn parse(text: &str) -> Result<Self> {
         Self::parse_field("asset", text)
     }
 
+    /// The asset code as the ledger writes it, scale included (`USD/2`).
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -21,16 +21,24 @@ static VAR_NAME: LazyLock<Regex> =
 /// One movement of `amount` of `asset` from `source` to `destination`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Posting {
+    /// The account debited. Only `world` may go negative; any other source without
+    /// the funds makes the ledger refuse the transaction (`INSUFFICIENT_FUND`).
     pub source: Account,
+    /// The account credited.
     pub destination: Account,
+    /// How much moves, in the asset's minor units (`48500000` of `USD/2` is
+    /// $485,000.00).
     pub amount: Amount,
+    /// The asset, with its scale (`USD/2`).
     pub asset: Asset,
 }
 
 /// A Numscript program and its variables (values as strings: `"USD/2 100"`, `"merchants:1"`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Script {
+    /// The Numscript program text, sent as is; variables are referenced as `$name`.
     pub plain: String,
+    /// The program's variables by name, without the `$` (`[a-z_][a-z0-9_]*`).
     #[serde(default)]
     pub vars: BTreeMap<String, String>,
 }
@@ -39,25 +47,38 @@ pub struct Script {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PostBody {
+    /// Fixed movements, at least one, committed together in one transaction.
     Postings(Vec<Posting>),
+    /// A Numscript program the ledger runs to compute the movements.
     Script(Script),
 }
 
 /// A new ledger transaction.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PostCommand {
+    /// What moves: postings or a Numscript program.
     #[serde(flatten)]
     pub body: PostBody,
+    /// The payout reference (`payout:settlement-2026-10-07:4471`), unique per ledger:
+    /// another transaction with the same reference is refused with a 409
+    /// (docs/LEDGER.md#references-and-the-409). `None`: no reference; never empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference: Option<String>,
+    /// The transaction's metadata (`event_type`, `payout_id`, …). The `outbox_*` keys
+    /// are reserved: the outbox adds them at enqueue.
     #[serde(default)]
     pub metadata: Metadata,
 }
 
-/// Reverts the ledger transaction that carries `target` as its outbox event id.
+/// Reverts the ledger transaction that carries `event_id` as its outbox event id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RevertCommand {
+    /// The outbox event id of the payout to revert: an event enqueued earlier on the
+    /// same account. The relay resolves it to the ledger transaction id once that
+    /// event has a terminal outcome, and waits until then.
     pub event_id: EventId,
+    /// Metadata of the reversing transaction; the `outbox_*` keys are reserved as for
+    /// a post.
     #[serde(default)]
     pub metadata: Metadata,
 }
@@ -66,7 +87,10 @@ pub struct RevertCommand {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LedgerCommand {
+    /// Create a new transaction (`POST /v2/{ledger}/transactions`).
     Post(PostCommand),
+    /// Revert the transaction an earlier event posted
+    /// (`POST /v2/{ledger}/transactions/{id}/revert`).
     Revert(RevertCommand),
 }
 
@@ -79,6 +103,8 @@ impl LedgerCommand {
         }
     }
 
+    /// The command's own metadata: the transaction's for a post, the reversing
+    /// transaction's for a revert.
     pub fn metadata(&self) -> &Metadata {
         match self {
             Self::Post(post) => &post.metadata,

@@ -10,12 +10,14 @@ use crate::error::{Error, ErrorKind, Result};
 pub struct NewEvent {
     /// The aggregate whose per-account sequence orders this event (usually the merchant).
     pub account: Account,
+    /// What the ledger is asked to do; encoded once, at enqueue, into the payload.
     pub command: LedgerCommand,
     /// Supplied when the caller already has an id (an API request id); otherwise a fresh v7.
     pub event_id: Option<EventId>,
 }
 
 impl NewEvent {
+    /// An event of `account` asking for `command`, with a fresh event id at enqueue.
     pub fn new(account: Account, command: LedgerCommand) -> Self {
         Self {
             account,
@@ -24,6 +26,8 @@ impl NewEvent {
         }
     }
 
+    /// Uses `id` as the event id (idempotency key and instruction id) instead of a
+    /// fresh one.
     #[must_use]
     pub fn with_event_id(mut self, id: EventId) -> Self {
         self.event_id = Some(id);
@@ -80,11 +84,18 @@ impl NewEvent {
 /// An immutable, committed outbox row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxEvent {
+    /// Where the row sits in its store's commit-ordered stream (the store's own
+    /// encoding): what a relay resumes after.
     pub position: Position,
+    /// The UUID v7 sent as `Idempotency-Key` and carried to consumers as the
+    /// instruction id.
     pub event_id: EventId,
+    /// The account whose sequence orders the event.
     pub account: Account,
     /// Gapless per account, starting at 1.
     pub sequence: u64,
+    /// The exact bytes the relay sends, outbox identity included.
     pub payload: Payload,
+    /// When enqueue wrote the row (on PostgreSQL, the enqueuing transaction's `now()`).
     pub created_at: DateTime<Utc>,
 }

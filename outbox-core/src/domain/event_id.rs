@@ -50,6 +50,7 @@ impl EventId {
         Ok(Self(uuid))
     }
 
+    /// The underlying UUID (always version 7).
     pub fn as_uuid(&self) -> Uuid {
         self.0
     }

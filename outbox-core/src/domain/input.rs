@@ -18,20 +18,30 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawNewEvent {
+    /// The account whose sequence orders the event (usually the merchant,
+    /// `merchants:4471`); becomes [`NewEvent::account`].
     pub account: String,
+    /// A UUID v7 the caller already has (an API request id) to use as the event id;
+    /// `None`: a fresh v7 is made at enqueue.
     #[serde(default)]
     pub event_id: Option<String>,
+    /// The movements to post; amounts are integers in minor units, a float is refused.
     #[serde(default)]
     pub postings: Option<Vec<RawPosting>>,
+    /// A Numscript program to post instead of postings.
     #[serde(default)]
     pub script: Option<String>,
+    /// The script's variables (values as strings: `"USD/2 100"`); only with `script`.
     #[serde(default)]
     pub vars: Option<BTreeMap<String, String>>,
     /// The event id of an earlier payout to revert.
     #[serde(default)]
     pub revert: Option<String>,
+    /// The ledger transaction's reference (unique per ledger); not allowed with
+    /// `revert`.
     #[serde(default)]
     pub reference: Option<String>,
+    /// Metadata of the ledger transaction; the `outbox_*` keys are reserved.
     #[serde(default)]
     pub metadata: Metadata,
 }
@@ -40,9 +50,14 @@ pub struct RawNewEvent {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPosting {
+    /// The account debited (an address without `@`).
     pub source: String,
+    /// The account credited.
     pub destination: String,
+    /// The amount in minor units, as written: it must be a non-negative integer
+    /// (`48500000`), never `485000.00`.
     pub amount: Number,
+    /// The asset with its scale (`USD/2`).
     pub asset: String,
 }
 

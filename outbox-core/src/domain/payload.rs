@@ -31,7 +31,11 @@ pub enum PayloadKind {
     /// `POST /v2/{ledger}/transactions`; the body is the stored bytes.
     Post,
     /// `POST /v2/{ledger}/transactions/{id}/revert` of the transaction carrying `target`.
-    Revert { target: EventId },
+    Revert {
+        /// The outbox event id of the payout to revert; the relay looks up its ledger
+        /// transaction id.
+        target: EventId,
+    },
 }
 
 /// Encoded `LedgerCommand` with the outbox identity in its metadata.
@@ -80,10 +84,13 @@ impl Payload {
         Self(bytes)
     }
 
+    /// The stored bytes: a `{"post": …}` or `{"revert": …}` envelope around the body
+    /// ([`split`](Self::split) takes the body out).
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
 
+    /// The stored bytes, owned (as [`as_bytes`](Self::as_bytes)).
     pub fn into_bytes(self) -> Vec<u8> {
         self.0
     }

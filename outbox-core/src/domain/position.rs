@@ -144,6 +144,8 @@ impl Default for PositionEncoder {
 }
 
 impl PositionEncoder {
+    /// An empty encoding; add fields with [`u8`](Self::u8), [`u64`](Self::u64) and
+    /// [`i64`](Self::i64), then [`finish`](Self::finish).
     pub const fn new() -> Self {
         Self {
             len: 0,
@@ -202,26 +204,31 @@ pub struct PositionDecoder<'a> {
 }
 
 impl<'a> PositionDecoder<'a> {
+    /// Reads `position`'s bytes from the first.
     pub fn new(position: &'a Position) -> Self {
         Self::from_bytes(position.as_bytes())
     }
 
+    /// Reads raw encoded bytes (what a [`PositionFormat`] is given) from the first.
     pub fn from_bytes(bytes: &'a [u8]) -> Self {
         Self { rest: bytes }
     }
 
+    /// The next byte, as [`PositionEncoder::u8`] wrote it.
     pub fn u8(&mut self) -> Option<u8> {
         let (&first, rest) = self.rest.split_first()?;
         self.rest = rest;
         Some(first)
     }
 
+    /// The next 8 bytes as a big-endian `u64`, as [`PositionEncoder::u64`] wrote it.
     pub fn u64(&mut self) -> Option<u64> {
         let (head, rest) = self.rest.split_first_chunk::<8>()?;
         self.rest = rest;
         Some(u64::from_be_bytes(*head))
     }
 
+    /// The next 8 bytes as an `i64`, undoing [`PositionEncoder::i64`]'s sign flip.
     pub fn i64(&mut self) -> Option<i64> {
         self.u64().map(|v| (v ^ (1 << 63)) as i64)
     }

@@ -56,8 +56,11 @@ pub struct LedgerLogEntry {
 /// - A ledger that cannot be reached fails with a transient error.
 #[async_trait]
 pub trait LedgerLogSource: Send + Sync + 'static {
+    /// The ledger's name (`payouts`): it names the checkpoint `ledger-log:<ledger>`.
     fn ledger(&self) -> &str;
 
+    /// Up to `limit` log entries with an id above `after`, ascending (0: from the
+    /// first); empty only at the end of the log.
     async fn read_after(&self, after: u64, limit: usize) -> Result<Vec<LedgerLogEntry>>;
 }
 
@@ -103,6 +106,8 @@ impl std::fmt::Debug for CatchUp {
 }
 
 impl CatchUp {
+    /// Catch-up from `log` into `store`: pages of [`DEFAULT_CATCH_UP_PAGE`] entries,
+    /// no settle time (reads to the end), no wake-up.
     pub fn new(store: Arc<dyn FanoutStore>, log: Arc<dyn LedgerLogSource>) -> Self {
         Self {
             store,

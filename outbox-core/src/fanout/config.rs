@@ -20,13 +20,30 @@ use crate::retry::RetryPolicy;
 /// | `store_retry` | 20 retries, 20 ms … 2 s | transient failures a store call survives before the loop ends with the error |
 #[derive(Debug, Clone)]
 pub struct FanoutConfig {
+    /// Messages read from the store per window, and most sent per round, for a
+    /// publisher that does not pipeline (HTTP, AMQP).
     pub batch_size: usize,
+    /// The same for a publisher that keeps order in a pipeline
+    /// ([`crate::PublisherCapabilities::ordered_pipeline`]: Kafka), whose producer
+    /// needs bigger rounds to batch.
     pub pipelined_batch_size: usize,
+    /// How many windows the loop keeps in memory past a transiently failing account's
+    /// message so other accounts keep flowing: the buffer holds at most a window times
+    /// the larger of this and `rounds_in_flight + 1`.
     pub look_ahead: usize,
+    /// Most messages of one account in a round when the publisher pipelines in order;
+    /// otherwise one.
     pub max_per_account: usize,
+    /// Rounds awaiting their confirmations at once when the publisher pipelines in
+    /// order; otherwise one.
     pub rounds_in_flight: usize,
+    /// The longest idle wait when no wake-up comes.
     pub poll_interval: Duration,
+    /// Delay before retrying an account after a transient publish failure (full
+    /// jitter; a longer `Retry-After` wins).
     pub backoff: Backoff,
+    /// How store calls retry transient errors; once spent, the loop ends with the
+    /// error.
     pub store_retry: RetryPolicy,
 }
 

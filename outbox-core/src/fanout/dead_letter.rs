@@ -23,6 +23,8 @@ pub enum DeadLetterReason {
 }
 
 impl DeadLetterReason {
+    /// The stable name stored in the `fanout_dead_letters.reason` column and shown by
+    /// `outbox fanout dead-letters`: `refused` or `set_aside`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Refused => "refused",
@@ -30,6 +32,8 @@ impl DeadLetterReason {
         }
     }
 
+    /// The reason named `text` by [`as_str`](Self::as_str); `None` for any other text
+    /// (a store reads that as corrupt data).
     pub fn parse(text: &str) -> Option<Self> {
         match text {
             "refused" => Some(Self::Refused),
@@ -46,9 +50,14 @@ pub struct NewDeadLetter {
     pub destination: String,
     /// The message's position in the fan-out store.
     pub position: u64,
+    /// The account the message belongs to: the one parked at this destination.
     pub account: Account,
+    /// The message's per-account sequence (`outbox_sequence`).
     pub sequence: u64,
+    /// The message's instruction id (the outbox event id), so an operator can find it
+    /// in the outbox and in the consumer's inbox.
     pub instruction_id: String,
+    /// Whether the destination refused this message or it waits behind a refusal.
     pub reason: DeadLetterReason,
     /// The destination's answer (refused), or the refusal the message waits behind.
     pub error: String,
@@ -59,13 +68,22 @@ pub struct NewDeadLetter {
 pub struct DeadLetter {
     /// Increasing in append order, unique across destinations.
     pub id: u64,
+    /// The destination (the publisher's name), as in [`NewDeadLetter::destination`].
     pub destination: String,
+    /// The message's position in the fan-out store, where the message itself stays
+    /// (see [`super::FanoutStore::read_set_aside`]).
     pub position: u64,
+    /// The account the message belongs to.
     pub account: Account,
+    /// The message's per-account sequence.
     pub sequence: u64,
+    /// The message's instruction id (the outbox event id).
     pub instruction_id: String,
+    /// Refused by the destination, or set aside behind a refusal.
     pub reason: DeadLetterReason,
+    /// The destination's answer (refused), or the refusal the message waits behind.
     pub error: String,
+    /// When the store appended the record.
     pub dead_lettered_at: DateTime<Utc>,
 }
 
@@ -73,9 +91,14 @@ pub struct DeadLetter {
 /// destination and account or of all.
 #[derive(Debug, Clone, Copy)]
 pub struct DeadLetterQuery<'a> {
+    /// Only this destination's records (a publisher's name); `None`: every destination.
     pub destination: Option<&'a str>,
+    /// Only this account's records; `None`: every account.
     pub account: Option<&'a Account>,
+    /// Records with an id above this one: 0 (the default) from the first, the last
+    /// id of the previous page to read the next.
     pub after_id: u64,
+    /// Most records returned (1000 by default).
     pub limit: usize,
 }
 
@@ -95,22 +118,27 @@ impl Default for DeadLetterQuery<'_> {
 pub struct ReplayRequest {
     /// Increasing in request order.
     pub id: u64,
+    /// The destination (the publisher's name) whose loop replays.
     pub destination: String,
+    /// The account whose dead letters are re-published.
     pub account: Account,
     /// The account's latest refusal when the request was made (its dead letter's id):
     /// a refusal recorded after the request (the replay refused again) is not covered.
     pub refusal_id: u64,
+    /// When the store appended the request.
     pub requested_at: DateTime<Utc>,
 }
 
 /// Where an account with dead letters stands at one destination.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLetterAccount {
+    /// The account with dead letters at the destination.
     pub account: Account,
     /// The id of the account's latest refusal.
     pub refusal_id: u64,
-    /// Sequence and position of that refused message.
+    /// The per-account sequence of that refused message.
     pub refused_sequence: u64,
+    /// The fan-out store position of that refused message.
     pub refused_position: u64,
     /// The highest position recorded for the account (refused or set aside).
     pub last_position: u64,
@@ -134,6 +162,7 @@ pub enum DeadLetterState {
 }
 
 impl DeadLetterState {
+    /// The name `outbox fanout dead-letters` shows: `parked`, `replaying` or `replayed`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Parked => "parked",
@@ -144,6 +173,9 @@ impl DeadLetterState {
 }
 
 impl DeadLetterAccount {
+    /// Where the account stands: parked until a replay request covers its latest
+    /// refusal, replaying while a recorded position is above `replayed_through`,
+    /// replayed once every recorded message was re-published and confirmed.
     pub fn state(&self) -> DeadLetterState {
         if !self.released {
             DeadLetterState::Parked

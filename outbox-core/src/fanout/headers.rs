@@ -18,13 +18,21 @@ use crate::inbox::MessageKind;
 
 use super::FanoutMessage;
 
+/// The instruction id (the outbox event id): what the consumer's inbox keys on.
 pub const INSTRUCTION_ID: &str = "outbox-instruction-id";
+/// The account whose sequence orders the message (`merchants:4471`).
 pub const ACCOUNT: &str = "outbox-account";
+/// The per-account sequence, decimal.
 pub const SEQUENCE: &str = "outbox-sequence";
+/// The message kind: `committed`, `reverted` or `rejected`.
 pub const EVENT_TYPE: &str = "outbox-event-type";
+/// The name of the ledger that recorded the event.
 pub const LEDGER: &str = "outbox-ledger";
+/// The ledger transaction id, decimal; required except on a rejection notice.
 pub const LEDGER_TX_ID: &str = "outbox-ledger-tx-id";
+/// W3C trace context (`traceparent`) of the delivery that brought the event; optional.
 pub const TRACEPARENT: &str = "traceparent";
+/// W3C trace context (`tracestate`), carried beside `traceparent`; optional.
 pub const TRACESTATE: &str = "tracestate";
 
 /// The headers of `message`, in a fixed order.

@@ -13,8 +13,12 @@ use crate::inbox::{InboxMessage, MessageKind};
 pub struct FanoutMessage {
     /// The outbox event id from the ledger metadata (`outbox_event_id`).
     pub instruction_id: String,
+    /// The account whose sequence orders the message (`outbox_account`); transports
+    /// key on it (the Kafka message key), so one account's messages stay in order.
     pub account: Account,
+    /// The per-account sequence (`outbox_sequence`), gapless from 1.
     pub sequence: u64,
+    /// What the ledger did: committed, reverted, or refused (a rejection notice).
     pub kind: MessageKind,
     /// The ledger's name (`payouts`).
     pub ledger: String,
@@ -22,7 +26,9 @@ pub struct FanoutMessage {
     pub ledger_tx_id: Option<u64>,
     /// W3C trace context of the delivery that brought the event, when it had one.
     pub traceparent: Option<String>,
+    /// The `tracestate` that came with `traceparent`; `None` when there was none.
     pub tracestate: Option<String>,
+    /// The body, byte for byte as the ledger adapter built it (see above).
     pub payload: Vec<u8>,
 }
 

@@ -18,6 +18,7 @@ pub struct PublisherCapabilities {
 }
 
 impl PublisherCapabilities {
+    /// Capabilities with [`ordered_pipeline`](Self::ordered_pipeline) as given.
     pub const fn new(ordered_pipeline: bool) -> Self {
         Self { ordered_pipeline }
     }
@@ -47,10 +48,14 @@ pub trait Publisher: Send + Sync + 'static {
     /// `amqp://rabbit:5672/%2F?exchange=ledger-events`, `https://host/path`).
     fn name(&self) -> &str;
 
+    /// What the publisher guarantees beyond the contract; by default nothing (one
+    /// message per account per call).
     fn capabilities(&self) -> PublisherCapabilities {
         PublisherCapabilities::default()
     }
 
+    /// Sends `messages` and answers one result per message, in input order, each
+    /// `Ok` only once confirmed (see the contract).
     async fn publish(&self, messages: &[FanoutMessage]) -> Vec<Result<()>>;
 }
 

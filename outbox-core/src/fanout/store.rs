@@ -20,7 +20,9 @@ use crate::error::Result;
 pub struct StoredMessage {
     /// Strictly increasing in commit order; may have gaps.
     pub position: u64,
+    /// The message, as appended.
     pub message: FanoutMessage,
+    /// When the store appended it (from a webhook, or from catch-up).
     pub received_at: DateTime<Utc>,
 }
 
@@ -63,12 +65,21 @@ pub struct AppendOutcome {
 ///   the request, and fails with `NotFound` naming the account when there is none.
 #[async_trait]
 pub trait FanoutStore: Send + Sync + 'static {
+    /// Stores the messages of one delivery (a webhook's delivery id, or
+    /// `ledger-log:<ledger>:<log id>` for catch-up) atomically, deduplicated on the
+    /// delivery id and on each message's dedup key.
     async fn append(&self, delivery_id: &str, messages: &[FanoutMessage]) -> Result<AppendOutcome>;
 
+    /// Up to `limit` stored messages with a position above `after`, ascending (0: from
+    /// the first).
     async fn read_after(&self, after: u64, limit: usize) -> Result<Vec<StoredMessage>>;
 
+    /// The saved position of cursor `transport` (a destination's identity, a replay
+    /// progress or the ledger-log checkpoint); 0 before its first save.
     async fn load_cursor(&self, transport: &str) -> Result<u64>;
 
+    /// Saves `position` as cursor `transport`: only forward (an equal or lower value
+    /// succeeds and changes nothing), durable on return.
     async fn save_cursor(&self, transport: &str, position: u64) -> Result<()>;
 
     /// Appends dead letters in one transaction, in order; returns their ids.

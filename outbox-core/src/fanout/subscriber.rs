@@ -18,6 +18,10 @@ use crate::error::Result;
 /// half-applied; the caller retries a transient error and reports a permanent one.
 #[async_trait]
 pub trait MessageSink: Send + Sync + 'static {
+    /// Applies or stores `messages`, the contents of one delivery, and returns once
+    /// that is durable. `delivery_id` is the transport's id for the delivery (the
+    /// webhook id at the intake, which dedupes on it; `<topic>/<partition>/<offset>`
+    /// on Kafka; `<queue>/<delivery tag>` on AMQP).
     async fn accept(&self, delivery_id: &str, messages: Vec<FanoutMessage>) -> Result<()>;
 }
 
@@ -43,5 +47,10 @@ impl<T: MessageSink + ?Sized> MessageSink for Arc<T> {
 /// - `run` returns when `shutdown` turns true, after finishing the delivery in hand.
 #[async_trait]
 pub trait Subscriber: Send + Sync + 'static {
+    /// Receives until `shutdown` turns true, handing each delivery to `sink`.
+    ///
+    /// # Errors
+    /// A permanent `accept` error, or a message whose headers cannot be decoded
+    /// (naming the header); see the contract.
     async fn run(&self, sink: Arc<dyn MessageSink>, shutdown: watch::Receiver<bool>) -> Result<()>;
 }

@@ -30,6 +30,8 @@ pub trait PartitionLocks: Send + Sync + 'static {
     async fn live_instances(&self) -> Result<u32>;
     /// Tries to take `partition`; true when this instance now owns it.
     async fn try_acquire(&self, partition: u32) -> Result<bool>;
+    /// Gives up `partition` so another instance can take it; called once its
+    /// dispatcher has stopped (or could not start).
     async fn release(&self, partition: u32) -> Result<()>;
     /// Whether the locks taken are still held.
     async fn still_held(&self) -> Result<bool>;
@@ -38,6 +40,9 @@ pub trait PartitionLocks: Send + Sync + 'static {
 /// Opens the store view and relay of one partition (cursor per partition).
 #[async_trait]
 pub trait PartitionRelays: Send + Sync + 'static {
+    /// The store view and the relay of `partition`: only that partition's accounts,
+    /// resuming after that partition's cursor, with cursor saves fenced on its
+    /// ownership.
     async fn open(&self, partition: u32) -> Result<(Arc<dyn Store>, Box<dyn Relay>)>;
 }
 
@@ -47,6 +52,7 @@ pub struct FleetConfig {
     /// How often ownership is checked and rebalanced; bounds takeover time together
     /// with how fast the database notices a dead session.
     pub check_interval: Duration,
+    /// The settings of every partition's dispatcher.
     pub dispatch: DispatchConfig,
 }
 
@@ -75,6 +81,8 @@ impl std::fmt::Debug for Fleet {
 }
 
 impl Fleet {
+    /// A fleet member that takes partitions through `locks`, opens each owned one
+    /// through `relays` and posts to `ledger`. Nothing runs until [`run`](Self::run).
     pub fn new(
         locks: Arc<dyn PartitionLocks>,
         relays: Arc<dyn PartitionRelays>,

@@ -31,20 +31,35 @@ where
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Accepted {
     /// Applied (or, for a rejection notice, consumed); `released` lists held sequences applied after it.
-    Applied { released: Vec<u64> },
+    Applied {
+        /// The held sequences released and applied behind this message, ascending;
+        /// empty when nothing was waiting.
+        released: Vec<u64>,
+    },
     /// Already processed, or already waiting in the gap queue: no effect.
     Duplicate,
     /// A new instruction id at an already-applied sequence: no effect, exception recorded.
-    Stale { last_applied: u64 },
+    Stale {
+        /// The account's high-water mark, at or above the message's sequence.
+        last_applied: u64,
+    },
     /// Sequence skips a number: held until the gap fills.
-    Held { waiting_for: u64 },
+    Held {
+        /// The sequence that must arrive first (`last_applied + 1`).
+        waiting_for: u64,
+    },
     /// Another instruction already holds this sequence: not held, exception recorded.
-    Conflict { holder: String },
+    Conflict {
+        /// The instruction id held at that sequence.
+        holder: String,
+    },
     /// The instruction was already processed (or is held) as `recorded` and now
     /// arrives as `received`, e.g. committed after it was reported rejected: nothing
     /// applied, a `ConflictingOutcome` exception recorded.
     ConflictingOutcome {
+        /// The outcome the inbox already has for the instruction.
         recorded: MessageKind,
+        /// The outcome this message reports.
         received: MessageKind,
     },
 }
@@ -52,12 +67,15 @@ pub enum Accepted {
 /// A gap that has been open longer than the alarm age.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GapAlarm {
+    /// The consumer whose inbox has the gap (the exception's source).
     pub consumer: String,
+    /// The account whose sequence has the gap.
     pub account: Account,
     /// The sequence that has not arrived.
     pub missing: u64,
     /// The held sequence waiting behind it.
     pub held: u64,
+    /// How long the lowest held message has waited, at the check.
     pub age: Duration,
 }
 
@@ -85,6 +103,10 @@ impl InboxEngine {
     /// Default age after which an open gap raises an alarm.
     pub const DEFAULT_GAP_ALARM_AFTER: Duration = Duration::from_secs(60);
 
+    /// The engine of consumer `consumer`: the name that keys its inbox rows and
+    /// sources its exceptions, so two consumers sharing a database keep apart. Gaps
+    /// alarm after [`DEFAULT_GAP_ALARM_AFTER`](Self::DEFAULT_GAP_ALARM_AFTER), with
+    /// no metric hook.
     pub fn new(consumer: impl Into<String>) -> Self {
         Self {
             consumer: consumer.into(),
@@ -93,6 +115,8 @@ impl InboxEngine {
         }
     }
 
+    /// How long a gap may stay open before [`check_gaps`](Self::check_gaps) raises an
+    /// alarm for it. The gap is never skipped, whatever its age.
     #[must_use]
     pub fn gap_alarm_after(mut self, age: Duration) -> Self {
         self.gap_alarm_after = age;
@@ -106,6 +130,7 @@ impl InboxEngine {
         self
     }
 
+    /// The consumer's name, as given to [`new`](Self::new).
     pub fn consumer(&self) -> &str {
         &self.consumer
     }

@@ -23,6 +23,8 @@ pub enum MessageKind {
 }
 
 impl MessageKind {
+    /// The stable name used on the wire (the `outbox-event-type` header) and in the
+    /// inbox tables: `committed`, `reverted` or `rejected`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Committed => "committed",
@@ -31,6 +33,7 @@ impl MessageKind {
         }
     }
 
+    /// The kind named `text` by [`as_str`](Self::as_str); `None` for any other text.
     pub fn parse(text: &str) -> Option<Self> {
         [Self::Committed, Self::Reverted, Self::Rejected]
             .into_iter()
@@ -43,20 +46,30 @@ impl MessageKind {
 pub struct InboxMessage {
     /// The outbox event id, or `ledger:tx` for a transaction without outbox metadata.
     pub instruction_id: String,
+    /// The account whose sequence orders the message (`outbox_account`).
     pub account: Account,
+    /// The per-account sequence (`outbox_sequence`): gapless from 1, so a number that
+    /// skips one means a message is still on its way.
     pub sequence: u64,
+    /// Whether the ledger committed, reverted or refused the instruction; a
+    /// `Rejected` message consumes its sequence with no impact.
     pub kind: MessageKind,
+    /// The message body as the transport carried it, byte for byte (the ledger
+    /// transaction JSON, or the rejection notice's metadata), for the handler to parse.
     pub payload: Vec<u8>,
 }
 
 /// The result of trying to put a message in the gap queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HoldResult {
+    /// The message is now in the gap queue at its (account, sequence) slot.
     Held,
     /// The slot is taken by `instruction_id`, held as `kind` (the same message again,
     /// the same instruction with another outcome, or a conflicting instruction).
     Occupied {
+        /// The instruction already held at that slot.
         instruction_id: String,
+        /// The kind it was held as.
         kind: MessageKind,
     },
 }
@@ -65,20 +78,35 @@ pub enum HoldResult {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
     /// The instruction was already processed, as `recorded`.
-    Duplicate { recorded: MessageKind },
+    Duplicate {
+        /// The kind its processed marker recorded; another kind than the message's is
+        /// a conflicting outcome.
+        recorded: MessageKind,
+    },
     /// The message does not come next: stale (`sequence <= last_applied`) or after a gap.
-    NotNext { last_applied: u64 },
+    NotNext {
+        /// The account's high-water mark (0 when nothing was applied).
+        last_applied: u64,
+    },
     /// Marked applied; `next_held` is the held message right after it, taken out of
     /// the gap queue (it comes next now).
-    Claimed { next_held: Option<InboxMessage> },
+    Claimed {
+        /// The held message at `sequence + 1`, removed from the gap queue; `None`
+        /// when none is held there.
+        next_held: Option<InboxMessage>,
+    },
 }
 
 /// The oldest held message of one account: the gap sits right before it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldGap {
+    /// The account with held messages.
     pub account: Account,
+    /// Its high-water mark (0 when nothing was applied): `last_applied + 1` is missing.
     pub last_applied: u64,
+    /// The sequence of its lowest held message.
     pub lowest_held: u64,
+    /// When that message was held: the gap's age is measured from it.
     pub held_at: DateTime<Utc>,
 }
 
@@ -109,14 +137,23 @@ pub trait Inbox {
     ) -> Result<Option<MessageKind>>;
     /// The highest applied sequence of `account`, 0 when none.
     async fn last_applied(&mut self, consumer: &str, account: &Account) -> Result<u64>;
+    /// Writes `message`'s processed marker (instruction id, kind, account, sequence)
+    /// and sets its account's high-water mark to `message.sequence`.
     async fn mark_applied(&mut self, consumer: &str, message: &InboxMessage) -> Result<()>;
+    /// Puts `message` in the gap queue at its (account, sequence) slot, payload
+    /// included, unless that slot is taken; then it says who holds it and changes
+    /// nothing.
     async fn hold(&mut self, consumer: &str, message: &InboxMessage) -> Result<HoldResult>;
+    /// Removes and returns the held message of `account` at exactly `sequence`;
+    /// `None` when none is held there.
     async fn take_held(
         &mut self,
         consumer: &str,
         account: &Account,
         sequence: u64,
     ) -> Result<Option<InboxMessage>>;
+    /// Records `exception` in the caller's transaction unless one with the same
+    /// (source, kind, account, sequence) exists; returns whether it was new.
     async fn record_exception(&mut self, exception: &NewException) -> Result<bool>;
     /// For each account with held messages: its high-water mark and lowest held message.
     async fn held_gaps(&mut self, consumer: &str) -> Result<Vec<HeldGap>>;

@@ -16,6 +16,7 @@ use crate::store::Store;
 pub struct Wakeup(Arc<Notify>);
 
 impl Wakeup {
+    /// A wake-up no one waits on yet; clone it to share it.
     pub fn new() -> Self {
         Self::default()
     }
@@ -67,6 +68,7 @@ impl<S: Store> PollingRelay<S> {
         })
     }
 
+    /// The store the relay reads.
     pub fn store(&self) -> &S {
         &self.store
     }
