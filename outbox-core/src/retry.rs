@@ -20,7 +20,7 @@ use crate::error::{Error, Result, Retry};
 pub struct Backoff {
     /// The ceiling of the first retry's delay.
     pub initial: Duration,
-    /// The largest ceiling; also caps a `Retry-After` shorter than the ceiling.
+    /// The largest ceiling of the jittered delay (a longer `Retry-After` is honoured as asked).
     pub max: Duration,
 }
 

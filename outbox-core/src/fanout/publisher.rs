@@ -35,7 +35,8 @@ impl PublisherCapabilities {
 ///   `capabilities().ordered_pipeline`, there is at most one per account.
 /// - Errors carry a kind and a retry class: transient (broker down, Nack, 5xx, 429
 ///   with its `Retry-After`) is retried by the loop with backoff; permanent (unroutable,
-///   4xx, message too large) blocks that account loudly until an operator acts.
+///   4xx, message too large) dead-letters the message and parks its account (its later
+///   messages are set aside behind it) until an operator asks for a replay.
 /// - Cancel safety: dropping the future may leave messages sent but unconfirmed; the
 ///   loop re-sends them (at least once).
 #[async_trait]

@@ -42,7 +42,8 @@ pub struct AppendOutcome {
 /// # Contract
 /// - `append` is atomic and durable when it returns `Ok`: either the delivery id and
 ///   every new message are stored, or nothing is. It dedupes on the delivery id
-///   (the `formance-webhook-id`) and on each message's [`FanoutMessage::dedup_key`].
+///   (the one the intake's webhook decoder returned) and on each message's
+///   [`FanoutMessage::dedup_key`].
 ///   Stored messages are never updated or deleted.
 /// - Positions are assigned so that a reader never sees position `p` committed after
 ///   it has read a higher one: `read_after(cursor)` must not skip a late commit.

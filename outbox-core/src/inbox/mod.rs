@@ -44,7 +44,7 @@ impl MessageKind {
 /// One message as the inbox sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InboxMessage {
-    /// The outbox event id, or `ledger:tx` for a transaction without outbox metadata.
+    /// The outbox event id (transactions without outbox metadata are not fanned out).
     pub instruction_id: String,
     /// The account whose sequence orders the message (`outbox_account`).
     pub account: Account,
