@@ -16,7 +16,8 @@ pub async fn run(database: &str, file: &Path) -> Result<()> {
     let db = wiring::database(database)?;
     let text = read(file)?;
     let (events, lines) = parse(&text)?;
-    if events.is_empty() {
+    let numbered: Vec<(usize, NewEvent)> = lines.iter().copied().zip(events).collect();
+    if numbered.is_empty() {
         return Err(Error::invalid(
             "file",
             format!("{} holds no payouts", file.display()),
@@ -31,18 +32,8 @@ pub async fn run(database: &str, file: &Path) -> Result<()> {
         max_retries: Some(BUSY_RETRIES),
     };
     let stored = busy
-        .run("enqueue", || db.enqueue_all(events.clone()))
-        .await
-        .map_err(|e| {
-            let line = e
-                .context("index")
-                .and_then(|i| i.parse::<usize>().ok())
-                .map(|i| lines[i]);
-            match line {
-                Some(line) => e.with("line", line),
-                None => e,
-            }
-        })?;
+        .run("enqueue", || db.enqueue_all(numbered.clone()))
+        .await?;
     let accounts: BTreeSet<_> = stored.iter().map(|e| e.account.as_str()).collect();
     println!(
         "enqueued {} events for {} accounts from {} (positions {} to {})",

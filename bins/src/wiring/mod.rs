@@ -115,9 +115,9 @@ impl Database {
         }
     }
 
-    /// Enqueues `events` in one transaction: all or none. On failure the error carries
-    /// the index of the event that failed in context `index`.
-    pub async fn enqueue_all(&self, events: Vec<NewEvent>) -> Result<Vec<OutboxEvent>> {
+    /// Enqueues `events` in one transaction: all or none. Each comes with the input
+    /// line it was read from, which an error of that event names (`line`).
+    pub async fn enqueue_all(&self, events: Vec<(usize, NewEvent)>) -> Result<Vec<OutboxEvent>> {
         match self {
             #[cfg(feature = "sqlite")]
             Self::Sqlite(config) => {
@@ -132,11 +132,11 @@ impl Database {
                 let store = PgStore::open(config.clone()).await?;
                 let mut tx = store.pool().begin().await.map_err(map_error)?;
                 let mut stored = Vec::with_capacity(events.len());
-                for (index, event) in events.iter().enumerate() {
+                for (line, event) in &events {
                     stored.push(
                         enqueue(&mut tx, event)
                             .await
-                            .map_err(|e| e.with("index", index))?,
+                            .map_err(|e| e.with("line", line))?,
                     );
                 }
                 tx.commit().await.map_err(map_error)?;
@@ -277,7 +277,7 @@ impl Database {
 #[cfg(feature = "sqlite")]
 fn sqlite_enqueue_all(
     config: &outbox_store_sqlite::SqliteConfig,
-    events: &[NewEvent],
+    events: &[(usize, NewEvent)],
 ) -> Result<Vec<OutboxEvent>> {
     use outbox_store_sqlite::{connect, enqueue, map_error, migrate};
     let mut conn = connect(config)?;
@@ -286,8 +286,8 @@ fn sqlite_enqueue_all(
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .map_err(map_error)?;
     let mut stored = Vec::with_capacity(events.len());
-    for (index, event) in events.iter().enumerate() {
-        stored.push(enqueue(&tx, event).map_err(|e| e.with("index", index))?);
+    for (line, event) in events {
+        stored.push(enqueue(&tx, event).map_err(|e| e.with("line", line))?);
     }
     tx.commit().map_err(map_error)?;
     Ok(stored)
