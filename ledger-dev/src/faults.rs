@@ -92,6 +92,15 @@ pub struct FaultPlan {
     /// before anything runs: a ledger that keeps failing one account's writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fail_matching: Option<String>,
+    /// `GET /logs` serves the log with this id under a wrong hash (its own with the
+    /// first byte flipped): a stored hash that was rewritten. Reads only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corrupt_log_hash: Option<u64>,
+    /// `GET /logs` serves the log with this id with altered data under its original
+    /// hash (a transaction's first posting one minor unit larger, a metadata write with
+    /// one more key): a stored log rewritten after it was hashed. Reads only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corrupt_log_data: Option<u64>,
 }
 
 impl Default for FaultPlan {
@@ -108,6 +117,8 @@ impl Default for FaultPlan {
             hold_matching: None,
             hold_matching_count: None,
             fail_matching: None,
+            corrupt_log_hash: None,
+            corrupt_log_data: None,
         }
     }
 }
@@ -272,6 +283,26 @@ impl FaultInjector {
     /// Every write request whose body contains `needle` is answered 503 before commit.
     pub fn fail_matching(&self, needle: &str) {
         self.lock().plan.fail_matching = Some(needle.to_owned());
+    }
+
+    /// `GET /logs` serves log `id` under a wrong hash (see [`FaultPlan::corrupt_log_hash`]).
+    pub fn corrupt_log_hash(&self, id: u64) {
+        self.lock().plan.corrupt_log_hash = Some(id);
+    }
+
+    /// `GET /logs` serves log `id` with altered data under its original hash (see
+    /// [`FaultPlan::corrupt_log_data`]).
+    pub fn corrupt_log_data(&self, id: u64) {
+        self.lock().plan.corrupt_log_data = Some(id);
+    }
+
+    /// Which logs `GET /logs` serves corrupted.
+    pub(crate) fn log_corruption(&self) -> crate::log_tamper::LogCorruption {
+        let inner = self.lock();
+        crate::log_tamper::LogCorruption {
+            hash: inner.plan.corrupt_log_hash,
+            data: inner.plan.corrupt_log_data,
+        }
     }
 
     /// The texts the plan looks for in bodies: (hold, fail).

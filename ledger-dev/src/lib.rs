@@ -13,6 +13,7 @@ mod faults;
 mod idempotency;
 mod log;
 mod log_hash;
+mod log_tamper;
 mod logs;
 mod model;
 mod numscript;

@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 use crate::clock;
 use crate::log::{ChainedLog, LogData};
 use crate::log_hash::{self, TargetId};
+use crate::log_tamper::LogCorruption;
 use crate::model::Transaction;
 use crate::query::Query;
 use crate::reads::Cursor;
@@ -117,13 +118,15 @@ pub(crate) struct LogPage {
     data: Vec<Box<RawValue>>,
 }
 
-/// A page of logs matching `query`, newest first, below the log id `before`.
+/// A page of logs matching `query`, newest first, below the log id `before`; the
+/// logs `corruption` names are served corrupted.
 pub(crate) fn page(
     state: &LedgerState,
     query: &Query,
     raw_query: &Value,
     page_size: u64,
     before: Option<u64>,
+    corruption: LogCorruption,
 ) -> LogPage {
     let end = before.map_or(state.logs.len(), |before| {
         state.logs.partition_point(|entry| entry.log.id < before)
@@ -149,6 +152,8 @@ pub(crate) fn page(
     let data = entries
         .into_iter()
         .map(|entry| {
+            let tampered = corruption.apply(entry);
+            let entry = tampered.as_ref().unwrap_or(entry);
             let text = serde_json::to_string(&LogView::of(entry)).expect("logs render to JSON");
             RawValue::from_string(text).expect("serde_json output is JSON")
         })

@@ -379,6 +379,7 @@ async fn list_logs(
     struct CursorBody<T> {
         cursor: T,
     }
+    let corruption = state.faults.log_corruption();
     respond(
         run(&state, move |engine| {
             engine.require_ledger(&ledger)?;
@@ -398,7 +399,7 @@ async fn list_logs(
             let (page_size, before, document) = page_request(&params, &body)?;
             let query = Filter::parse(Resource::Logs, &document)?;
             engine.read(&ledger, |s| {
-                logs::page(s, &query, &document, page_size, before)
+                logs::page(s, &query, &document, page_size, before, corruption)
             })
         })
         .await

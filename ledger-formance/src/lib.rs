@@ -8,7 +8,9 @@ mod error;
 mod http_answer;
 mod ledger_events;
 mod ledger_log;
+mod log_chain;
 mod logs;
+mod transaction_record;
 mod webhook;
 mod webhook_decoder;
 mod wire;
@@ -21,7 +23,9 @@ pub use config::{
 };
 pub use ledger_events::{LedgerEvent, TraceContext, messages_from_log, messages_from_webhook};
 pub use ledger_log::FormanceLedgerLog;
+pub use log_chain::{ChainFault, ChainReport, LogChain, recompute_hash};
 pub use logs::{LedgerLog, MAX_LOG_PAGE};
+pub use transaction_record::{REVERTS_METADATA_KEY, TransactionRecord};
 pub use webhook::{
     DEFAULT_TOLERANCE, VerifiedWebhook, WEBHOOK_ID_HEADER, WEBHOOK_SIGNATURE_HEADER,
     WEBHOOK_TIMESTAMP_HEADER, WebhookHeaders, WebhookVerifier, sign,

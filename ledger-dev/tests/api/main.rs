@@ -5,6 +5,7 @@
 mod bulk;
 mod contract_checks;
 mod faults;
+mod log_corruption;
 mod logs;
 mod persistence;
 mod queries;
