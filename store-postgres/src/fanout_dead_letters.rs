@@ -63,7 +63,7 @@ pub(crate) async fn append(
         .collect()
 }
 
-fn letter_from_row(row: &PgRow) -> outbox_core::Result<DeadLetter> {
+pub(crate) fn letter_from_row(row: &PgRow) -> outbox_core::Result<DeadLetter> {
     let account: String = row.get("account");
     let reason: String = row.get("reason");
     Ok(DeadLetter {

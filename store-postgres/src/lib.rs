@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod audit;
 pub mod cdc;
 mod config;
 mod connection;
@@ -19,6 +20,7 @@ mod relay_lock;
 mod retention;
 mod store;
 
+pub use audit::{HeldMessage, InboxMarker, PgAuditReader};
 pub use config::PgConfig;
 pub use connection::{MIGRATIONS_TABLE, connect, migrate};
 pub use enqueue::{EnqueueOptions, enqueue, enqueue_with};

@@ -254,7 +254,7 @@ fn i64_field(field: &str, value: u64) -> outbox_core::Result<i64> {
         .map_err(|_| Error::invalid(field, format!("{value} does not fit a Postgres bigint")))
 }
 
-fn event_from_row(row: &PgRow) -> outbox_core::Result<OutboxEvent> {
+pub(crate) fn event_from_row(row: &PgRow) -> outbox_core::Result<OutboxEvent> {
     // Selected as text under another name: ORDER BY `txid` would otherwise sort by the
     // text form ('100' < '99'), skip rows past the cursor and defeat the index.
     let txid: String = row.get("txid_text");
@@ -274,7 +274,7 @@ fn event_from_row(row: &PgRow) -> outbox_core::Result<OutboxEvent> {
     })
 }
 
-fn delivery_from_row(row: &PgRow) -> outbox_core::Result<DeliveryRecord> {
+pub(crate) fn delivery_from_row(row: &PgRow) -> outbox_core::Result<DeliveryRecord> {
     let outcome: String = row.get("outcome");
     let attempt: i64 = row.get("attempt");
     Ok(DeliveryRecord {

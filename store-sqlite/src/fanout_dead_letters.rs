@@ -59,7 +59,7 @@ pub(crate) fn append(
     Ok(ids)
 }
 
-fn letter_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<DeadLetter> {
+pub(crate) fn letter_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<DeadLetter> {
     let account: String = row.get(3)?;
     let reason: String = row.get(6)?;
     Ok(DeadLetter {

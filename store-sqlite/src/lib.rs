@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod audit;
 mod config;
 mod connection;
 mod enqueue;
@@ -14,6 +15,7 @@ mod store;
 mod time;
 mod wakeup;
 
+pub use audit::{HeldMessage, InboxMarker, SqliteAuditReader};
 pub use config::SqliteConfig;
 pub use connection::{connect, migrate};
 pub use enqueue::enqueue;

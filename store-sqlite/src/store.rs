@@ -79,7 +79,7 @@ fn internal(what: &str) -> impl Fn(outbox_core::Error) -> rusqlite::Error + '_ {
     }
 }
 
-fn event_from_row(row: &Row<'_>) -> rusqlite::Result<OutboxEvent> {
+pub(crate) fn event_from_row(row: &Row<'_>) -> rusqlite::Result<OutboxEvent> {
     let event_id: String = row.get(1)?;
     let account: String = row.get(2)?;
     Ok(OutboxEvent {
@@ -92,7 +92,7 @@ fn event_from_row(row: &Row<'_>) -> rusqlite::Result<OutboxEvent> {
     })
 }
 
-fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<DeliveryRecord> {
+pub(crate) fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<DeliveryRecord> {
     let event_id: String = row.get(0)?;
     let outcome: String = row.get(2)?;
     Ok(DeliveryRecord {
