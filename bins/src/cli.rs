@@ -53,6 +53,9 @@ pub enum Command {
     /// Hop 2 reference consumer: apply the events from one transport to a treasury
     /// table through an inbox (exactly once in effect, per-account order).
     Consume(ConsumeArgs),
+    /// The audit trail of one event across both hops: outbox row, delivery attempts,
+    /// ledger transaction, Hop 2 messages and cursors, consumer inbox, exceptions.
+    Audit(Box<crate::commands::audit::AuditArgs>),
     /// Run the end-to-end demo on SQLite and the local dev ledger.
     #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
     Demo(crate::demo::DemoArgs),

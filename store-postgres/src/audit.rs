@@ -221,7 +221,10 @@ impl PgAuditReader {
     ///
     /// # Errors
     /// Storage errors.
-    pub async fn inbox_markers(&self, instruction_id: &str) -> outbox_core::Result<Vec<InboxMarker>> {
+    pub async fn inbox_markers(
+        &self,
+        instruction_id: &str,
+    ) -> outbox_core::Result<Vec<InboxMarker>> {
         // Through the primary key (consumer, instruction_id), one consumer at a time.
         let rows = sqlx::query(
             "SELECT consumer, account, sequence, kind, applied_at FROM inbox_messages

@@ -271,7 +271,10 @@ impl SqliteAuditReader {
     ///
     /// # Errors
     /// Storage errors.
-    pub async fn inbox_markers(&self, instruction_id: &str) -> outbox_core::Result<Vec<InboxMarker>> {
+    pub async fn inbox_markers(
+        &self,
+        instruction_id: &str,
+    ) -> outbox_core::Result<Vec<InboxMarker>> {
         let id = instruction_id.to_owned();
         self.run(move |conn| {
             // Through the primary key (consumer, instruction_id), one consumer at a time.
@@ -321,12 +324,20 @@ impl SqliteAuditReader {
     }
 }
 
-fn account_column(row: &rusqlite::Row<'_>, index: usize, column: &str) -> rusqlite::Result<Account> {
+fn account_column(
+    row: &rusqlite::Row<'_>,
+    index: usize,
+    column: &str,
+) -> rusqlite::Result<Account> {
     let text: String = row.get(index)?;
     Account::parse(&text).map_err(|e| corrupt(column, e))
 }
 
-fn kind_column(row: &rusqlite::Row<'_>, index: usize, column: &str) -> rusqlite::Result<MessageKind> {
+fn kind_column(
+    row: &rusqlite::Row<'_>,
+    index: usize,
+    column: &str,
+) -> rusqlite::Result<MessageKind> {
     let text: String = row.get(index)?;
     MessageKind::parse(&text).ok_or_else(|| corrupt(column, &text))
 }

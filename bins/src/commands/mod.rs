@@ -1,5 +1,6 @@
 //! One file per `outbox` command.
 
+pub mod audit;
 #[cfg(feature = "http")]
 mod catch_up;
 mod consume;
@@ -27,6 +28,7 @@ pub async fn run(command: Command) -> outbox_core::Result<()> {
         #[cfg(feature = "http")]
         Command::Fanout(fanout) => fanout::run(*fanout).await,
         Command::Consume(args) => consume::run(args).await,
+        Command::Audit(args) => audit::run(*args).await,
         Command::Retention {
             database,
             older_than,

@@ -1,12 +1,14 @@
 //! All adapter selection by Cargo feature lives here: one arm per adapter, and a
 //! clear error naming the feature when a URL asks for one that was not compiled in.
 
+mod audit_stores;
 mod destinations;
 mod relay_lock;
 mod treasury;
 
 use std::sync::Arc;
 
+pub use audit_stores::{AuditStore, audit_store};
 #[cfg(feature = "http")]
 pub use destinations::start_intake;
 pub use destinations::{
