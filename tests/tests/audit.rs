@@ -9,6 +9,8 @@
 //!   rejected message on Hop 2, the consumer's rejected marker, the exception;
 //! - a reversed payout: its revert transaction and the revert's own event;
 //! - two genuine payouts of the same amount to the same merchant: two instructions;
+//! - a payout the ledger holds twice (posted again under another key): a finding,
+//!   non-zero;
 //! - an unknown id, a bad id, a database that does not exist: non-zero, named;
 //! - the outbox alone: what it knows, and which parts it could not see;
 //! - `--verify-log`: an intact chain passes; a corrupted hash or payload fails,
@@ -482,6 +484,42 @@ async fn two_genuine_payouts_of_the_same_amount_are_two_instructions_and_two_tra
     assert_ne!(seen[0].0, seen[1].0, "two event ids");
     assert_eq!((&seen[0].1, &seen[1].1), (&Value::from(2), &Value::from(3)));
     assert_ne!(seen[0].2, seen[1].2, "two ledger transactions");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payout_the_ledger_holds_twice_is_a_finding_and_a_non_zero_exit() {
+    use outbox_core::Ledger;
+    let (outbox, ledger, stored) =
+        outbox_and_ledger(&[fund("4471", 100_000_000), payout("4471", 1_000)]).await;
+    let event = &stored[1];
+    // The stored body again under another key: what a relay without idempotency does.
+    let (_, body) = event.payload.split().unwrap();
+    client(&ledger, Duration::from_secs(10))
+        .post(EventId::new(), body)
+        .await
+        .unwrap();
+    let run = audit(&ledger_args(&outbox, &ledger, event.event_id)).await;
+    assert!(!run.success, "{}", run.stdout);
+    let report = run.json();
+    assert_eq!(
+        report["ledger"]["transactions"].as_array().unwrap().len(),
+        2
+    );
+    let findings = report["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 1, "{report:#}");
+    assert!(
+        findings[0]
+            .as_str()
+            .unwrap()
+            .contains("2 ledger transactions carry this event id"),
+        "{report:#}"
+    );
+    assert_eq!(report["consistent"], false);
+    assert!(
+        run.stderr.contains("FAILED: 2 ledger transactions"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

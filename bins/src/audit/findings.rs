@@ -126,3 +126,147 @@ fn list(ids: &[u64]) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use chrono::Utc;
+    use serde_json::value::RawValue;
+
+    use super::*;
+    use crate::audit::report::{ConsumerSection, InboxEntry, LedgerSection, LedgerTx, OutboxRow};
+
+    fn attempt(number: u32, outcome: &'static str, tx: Option<u64>) -> Attempt {
+        Attempt {
+            attempt: number,
+            outcome,
+            idempotency_hit: outcome == "replayed",
+            ledger_tx_id: tx,
+            error_code: (outcome == "rejected").then(|| "INSUFFICIENT_FUND".to_owned()),
+            detail: None,
+            at: Utc::now(),
+        }
+    }
+
+    fn tx(id: u64) -> LedgerTx {
+        LedgerTx {
+            id,
+            reference: None,
+            timestamp: Utc::now(),
+            inserted_at: None,
+            metadata: BTreeMap::new(),
+            postings: Vec::new(),
+            reverted: false,
+            reverts: None,
+            revert: None,
+        }
+    }
+
+    fn report(deliveries: Vec<Attempt>, ledger: Option<Vec<LedgerTx>>) -> Report {
+        Report {
+            event_id: "e".into(),
+            outbox: OutboxRow {
+                database: "sqlite://x".into(),
+                account: "merchants:1".into(),
+                sequence: 1,
+                created_at: Utc::now(),
+                command: "post",
+                reverts_event: None,
+                payload_sha256: String::new(),
+                payload_bytes: 2,
+                payload: RawValue::from_string("{}".into()).unwrap(),
+            },
+            deliveries,
+            ledger: ledger.map(|transactions| LedgerSection {
+                url: "http://ledger".into(),
+                ledger: "payouts".into(),
+                transactions,
+                rejection_notice: None,
+                log: None,
+            }),
+            hop2: None,
+            consumer: None,
+            exceptions: Vec::new(),
+            not_seen: Vec::new(),
+            findings: Vec::new(),
+            consistent: false,
+        }
+    }
+
+    #[test]
+    fn a_replay_after_a_failure_is_consistent() {
+        let r = report(
+            vec![attempt(1, "failed", None), attempt(2, "replayed", Some(7))],
+            Some(vec![tx(7)]),
+        );
+        assert_eq!(findings(&r), Vec::<String>::new());
+        // Not delivered yet, or the uncertain window after a crash: unfinished, not wrong.
+        assert!(findings(&report(vec![], Some(vec![tx(7)]))).is_empty());
+        assert!(findings(&report(vec![], None)).is_empty());
+    }
+
+    #[test]
+    fn two_transactions_for_one_event_or_another_transaction_are_findings() {
+        let twice = findings(&report(
+            vec![attempt(1, "accepted", Some(7))],
+            Some(vec![tx(7), tx(9)]),
+        ));
+        assert_eq!(twice.len(), 1, "{twice:?}");
+        assert!(
+            twice[0].contains("2 ledger transactions carry this event id (7, 9)"),
+            "{twice:?}"
+        );
+        let other = findings(&report(
+            vec![attempt(1, "accepted", Some(7))],
+            Some(vec![tx(8)]),
+        ));
+        assert!(other[0].contains("recorded ledger transaction 7, but the ledger's transaction carrying the event id is 8"), "{other:?}");
+        let missing = findings(&report(vec![attempt(1, "accepted", Some(7))], Some(vec![])));
+        assert!(
+            missing[0].contains("no ledger transaction carries the event id"),
+            "{missing:?}"
+        );
+    }
+
+    #[test]
+    fn a_refusal_committed_later_and_a_consumer_that_disagrees_are_findings() {
+        let committed = findings(&report(
+            vec![attempt(1, "rejected", None)],
+            Some(vec![tx(3)]),
+        ));
+        assert!(
+            committed[0].contains("a refused payout was committed"),
+            "{committed:?}"
+        );
+
+        let mut r = report(vec![attempt(1, "rejected", None)], None);
+        r.consumer = Some(ConsumerSection {
+            database: "sqlite://c".into(),
+            inbox: vec![InboxEntry {
+                consumer: "treasury".into(),
+                kind: "committed",
+                sequence: 1,
+                applied_at: Utc::now(),
+            }],
+            held: Vec::new(),
+        });
+        let f = findings(&r);
+        assert_eq!(
+            f,
+            ["consumer treasury applied the event as committed, but it was rejected"]
+        );
+    }
+
+    #[test]
+    fn terminal_records_that_disagree_are_a_finding() {
+        let f = findings(&report(
+            vec![
+                attempt(1, "accepted", Some(7)),
+                attempt(2, "rejected", None),
+            ],
+            None,
+        ));
+        assert!(f[0].starts_with("delivery records disagree"), "{f:?}");
+    }
+}

@@ -42,7 +42,8 @@ pub struct Sources<'a> {
 /// ledger that cannot be read.
 pub async fn gather(event_id: EventId, sources: &Sources<'_>) -> Result<Report> {
     let outbox = sources.outbox.reader;
-    let Some(event) = outbox.event(event_id).await? else {
+    let in_outbox = reading(&sources.outbox.name);
+    let Some(event) = outbox.event(event_id).await.map_err(&in_outbox)? else {
         return Err(Error::new(
             ErrorKind::NotFound,
             format!(
@@ -51,12 +52,16 @@ pub async fn gather(event_id: EventId, sources: &Sources<'_>) -> Result<Report> 
             ),
         ));
     };
-    let deliveries = outbox.deliveries(event_id).await?;
+    let deliveries = outbox.deliveries(event_id).await.map_err(&in_outbox)?;
     let id_text = event_id.to_string();
     let mut not_seen = Vec::new();
 
     let ledger = match &sources.ledger {
-        Some(source) => Some(ledger_section(&event, source, sources.verify_log).await?),
+        Some(source) => Some(
+            ledger_section(&event, source, sources.verify_log)
+                .await
+                .map_err(reading(&source.name))?,
+        ),
         None => {
             not_seen.push(NotSeen {
                 part: "ledger",
@@ -66,7 +71,11 @@ pub async fn gather(event_id: EventId, sources: &Sources<'_>) -> Result<Report> 
         }
     };
     let hop2 = match &sources.fanout {
-        Some(source) => Some(hop2_section(&event, source).await?),
+        Some(source) => Some(
+            hop2_section(&event, source)
+                .await
+                .map_err(reading(&source.name))?,
+        ),
         None => {
             not_seen.push(NotSeen {
                 part: "hop2",
@@ -76,7 +85,11 @@ pub async fn gather(event_id: EventId, sources: &Sources<'_>) -> Result<Report> 
         }
     };
     let consumer = match &sources.consumer {
-        Some(source) => Some(consumer_section(&id_text, source).await?),
+        Some(source) => Some(
+            consumer_section(&id_text, source)
+                .await
+                .map_err(reading(&source.name))?,
+        ),
         None => {
             not_seen.push(NotSeen {
                 part: "consumer",
@@ -90,7 +103,8 @@ pub async fn gather(event_id: EventId, sources: &Sources<'_>) -> Result<Report> 
         "outbox",
         outbox
             .exceptions_naming(&event.account, event.sequence, &id_text)
-            .await?,
+            .await
+            .map_err(&in_outbox)?,
     );
     if let Some(source) = &sources.consumer {
         // One database can hold both sides; its exceptions are listed once.
@@ -100,7 +114,8 @@ pub async fn gather(event_id: EventId, sources: &Sources<'_>) -> Result<Report> 
                 source
                     .reader
                     .exceptions_naming(&event.account, event.sequence, &id_text)
-                    .await?,
+                    .await
+                    .map_err(reading(&source.name))?,
             ));
         }
     }
@@ -137,6 +152,11 @@ pub async fn gather(event_id: EventId, sources: &Sources<'_>) -> Result<Report> 
         .is_none_or(|log| log.intact);
     report.consistent = report.findings.is_empty() && chain_ok;
     Ok(report)
+}
+
+/// Names the database or ledger an error came from.
+fn reading(name: &str) -> impl Fn(Error) -> Error + '_ {
+    move |e| e.with("reading", name)
 }
 
 fn outbox_row(event: &OutboxEvent, database: &str) -> Result<OutboxRow> {
