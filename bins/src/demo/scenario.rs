@@ -9,8 +9,11 @@ use outbox_core::{
 pub const REFERENCE_MERCHANT: u32 = 4471;
 /// $485,000.00 in USD/2 minor units.
 pub const REFERENCE_AMOUNT: u64 = 48_500_000;
-/// The merchant whose second event is refused for insufficient funds.
-pub const REFUSED_MERCHANT: u32 = 1007;
+/// The merchant whose second event is refused for insufficient funds: 1007, or the
+/// last generated merchant when there are fewer than seven.
+pub fn refused_merchant(merchants: u32) -> u32 {
+    1001 + merchants.clamp(1, 7) - 1
+}
 
 /// Every event of the demo, in enqueue order, and the ones the story follows.
 #[derive(Debug)]
@@ -136,11 +139,12 @@ impl Scenario {
         events.extend([a, b, reversal]);
 
         let mut refused = EventId::default();
+        let refused_merchant = refused_merchant(merchants);
         for (index, amounts) in generated.iter().enumerate() {
             let merchant = 1001 + index as u32;
             let total: u64 = amounts.iter().sum();
             events.push(funding(merchant, total + 10_000));
-            if merchant == REFUSED_MERCHANT {
+            if merchant == refused_merchant {
                 // More than the merchant will ever hold: refused, and the merchant goes on.
                 let too_much = payout(
                     merchant,
@@ -164,6 +168,28 @@ impl Scenario {
             payout_b,
             reversal: reversal_id,
             refused,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The story needs its refused payout whatever the size asked for: with fewer
+    /// merchants than the refused one's index, none was generated and the demo's own
+    /// check failed ("expected exactly one rejection").
+    #[test]
+    fn every_scenario_holds_its_refused_payout() {
+        for merchants in [1, 3, 7, 50] {
+            let scenario = Scenario::build(20, merchants);
+            assert!(
+                scenario
+                    .events
+                    .iter()
+                    .any(|e| e.event_id == Some(scenario.refused)),
+                "{merchants} merchants: the refused payout is not among the events"
+            );
         }
     }
 }
