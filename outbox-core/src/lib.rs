@@ -34,8 +34,8 @@ pub use inbox::{
 pub use ledger::{Balances, BulkItem, Ledger, LedgerCapabilities, LedgerTransaction, PostOutcome};
 pub use relay::{PollingRelay, Relay, Wakeup};
 pub use retention::{
-    Keep, PeriodOutcome, PeriodVerdict, RetentionFamily, RetentionPolicy, RetentionReport,
-    StoredRetentionPolicy,
+    Keep, KeptBecause, PeriodOutcome, PeriodVerdict, RetentionFamily, RetentionPolicy,
+    RetentionReport, StoredRetentionPolicy,
 };
 pub use retry::{Retries, RetryPolicy};
 pub use store::{DeliveryOutcome, DeliveryRecord, DeliveryState, Lag, Store, StoreCapabilities};

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, NaiveDate, Utc};
 
+use crate::domain::Account;
 use crate::error::{Error, Result};
+use crate::fanout::{DeadLetterAccount, DeadLetterState};
 
 /// Longest finite duration accepted: 100 years. Longer is `forever`.
 pub const MAX_KEEP: Duration = Duration::from_secs(36_500 * 86_400);
@@ -209,6 +211,166 @@ impl RetentionFamily {
     }
 }
 
+/// Why an expired period stays: the one wording every store reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeptBecause {
+    /// Outbox events of the day have no terminal delivery record yet.
+    PendingEvents {
+        /// How many.
+        count: u64,
+    },
+    /// The day holds the outbox's newest event, whose position the next one follows
+    /// (a store whose positions are `max + 1` must not hand it out again).
+    NewestEvent {
+        /// Its position.
+        position: u64,
+    },
+    /// No destination has a cursor: nothing has read the day's messages.
+    NoDestination,
+    /// A destination's cursor is before the day's (or the group's) last message.
+    DestinationBehind {
+        /// The destination (its cursor's name).
+        destination: String,
+        /// Where its cursor is.
+        read_through: u64,
+        /// The last position that must be passed.
+        last: u64,
+    },
+    /// A destination still has to re-publish an account's dead letters.
+    DeadLetters {
+        /// The destination.
+        destination: String,
+        /// The account.
+        account: String,
+        /// Parked (no replay request covers the latest refusal) or replaying.
+        state: DeadLetterState,
+        /// How far the replay re-published.
+        replayed_through: u64,
+        /// The account's last dead-lettered position.
+        last_position: u64,
+    },
+    /// A consumer holds messages of an account in its gap queue.
+    Held {
+        /// The consumer.
+        consumer: String,
+        /// The account.
+        account: String,
+        /// How many messages are held.
+        count: u64,
+    },
+    /// An account an exception names still has something pending from before the day
+    /// ended.
+    AccountOpen {
+        /// The account.
+        account: String,
+        /// A held message (true) or an outbox event without a terminal delivery.
+        held: bool,
+    },
+}
+
+impl KeptBecause {
+    /// What holds back a destination's dead letters of `account`, by the rule of
+    /// [`DeadLetterAccount::state`]: `None` once they are replayed.
+    /// `latest_refusal` is the id of the account's latest `refused` letter (0: none),
+    /// `covered` the highest refusal id a replay request covers.
+    pub fn dead_letters(
+        destination: &str,
+        account: &Account,
+        latest_refusal: u64,
+        covered: Option<u64>,
+        last_position: u64,
+        replayed_through: u64,
+    ) -> Option<Self> {
+        let standing = DeadLetterAccount {
+            account: account.clone(),
+            refusal_id: latest_refusal,
+            refused_sequence: 0,
+            refused_position: 0,
+            last_position,
+            replayed_through,
+            released: covered.is_some_and(|c| c >= latest_refusal),
+            records: 0,
+        };
+        match standing.state() {
+            DeadLetterState::Replayed => None,
+            state => Some(Self::DeadLetters {
+                destination: destination.to_owned(),
+                account: account.as_str().to_owned(),
+                state,
+                replayed_through,
+                last_position,
+            }),
+        }
+    }
+}
+
+impl fmt::Display for KeptBecause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::PendingEvents { count } => {
+                write!(f, "{count} events without a terminal delivery record")
+            }
+            Self::NewestEvent { position } => write!(
+                f,
+                "holds the outbox's newest event (position {position}); the next event is numbered \
+                 after it, so the day stays until a newer event exists"
+            ),
+            Self::NoDestination => {
+                f.write_str("no destination has a cursor yet: nothing has read the day's messages")
+            }
+            Self::DestinationBehind {
+                destination,
+                read_through,
+                last,
+            } => write!(
+                f,
+                "destination {destination} has read through position {read_through}, before the \
+                 last message that must leave with it (position {last})"
+            ),
+            Self::DeadLetters {
+                destination,
+                account,
+                state: DeadLetterState::Parked,
+                ..
+            } => write!(
+                f,
+                "account {account} is parked at {destination} behind a dead letter: its messages \
+                 stay until `outbox fanout replay` has re-published them"
+            ),
+            Self::DeadLetters {
+                destination,
+                account,
+                replayed_through,
+                last_position,
+                ..
+            } => write!(
+                f,
+                "account {account} is replaying at {destination} (re-published through position \
+                 {replayed_through} of {last_position})"
+            ),
+            Self::Held {
+                consumer,
+                account,
+                count,
+            } => write!(
+                f,
+                "consumer {consumer} has {count} messages of account {account} held in its gap \
+                 queue: the account's markers stay until the gap is filled"
+            ),
+            Self::AccountOpen { account, held } => write!(
+                f,
+                "account {account} still has {} from before the day ended: its exceptions stay until \
+                 that is resolved",
+                if *held {
+                    "a message held in the gap queue"
+                } else {
+                    "an outbox event without a terminal delivery record"
+                }
+            ),
+        }
+    }
+}
+
 /// What a retention pass decided about one expired period.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PeriodOutcome {
@@ -362,6 +524,25 @@ mod tests {
         );
         let forever = RetentionPolicy::new(Keep::Forever, keep("9d")).unwrap();
         assert_eq!(forever.cutoff(now), None);
+    }
+
+    #[test]
+    fn dead_letters_hold_back_retention_until_replayed() {
+        let account = Account::parse("merchants:1").unwrap();
+        let reason = |refusal, covered, last, replayed| {
+            KeptBecause::dead_letters("d", &account, refusal, covered, last, replayed)
+                .map(|k| k.to_string())
+        };
+        assert!(reason(3, None, 9, 0).unwrap().contains("parked"));
+        assert!(
+            reason(3, Some(2), 9, 9).unwrap().contains("parked"),
+            "an older request"
+        );
+        assert!(reason(3, Some(3), 9, 4).unwrap().contains("replaying"));
+        assert_eq!(reason(3, Some(3), 9, 9), None);
+        // Only set-aside letters left: released by any request, parked without one.
+        assert!(reason(0, None, 9, 9).unwrap().contains("parked"));
+        assert_eq!(reason(0, Some(1), 9, 9), None);
     }
 
     #[test]

@@ -15,8 +15,8 @@ mod policy;
 
 use chrono::NaiveDate;
 use outbox_core::{
-    Error, ErrorKind, PeriodOutcome, RetentionFamily, RetentionPolicy, RetentionReport,
-    StoredRetentionPolicy,
+    Error, ErrorKind, KeptBecause, PeriodOutcome, RetentionFamily, RetentionPolicy,
+    RetentionReport, StoredRetentionPolicy,
 };
 use rusqlite::{Connection, Transaction, params};
 
@@ -114,8 +114,9 @@ impl Pass<'_> {
         family: RetentionFamily,
         day_start: i64,
         group: Option<String>,
-        reason: String,
+        reason: KeptBecause,
     ) {
+        let reason = reason.to_string();
         tracing::info!(family = family.as_str(), day = %day(day_start), %reason, "retention: day kept");
         self.report.push(
             family,

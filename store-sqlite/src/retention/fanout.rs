@@ -2,7 +2,7 @@
 //! and the dead letters with the replay requests of one destination and account,
 //! which leave together.
 
-use outbox_core::RetentionFamily;
+use outbox_core::{Account, KeptBecause, RetentionFamily};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{DAY, Pass, days};
@@ -53,21 +53,18 @@ impl Group {
     }
 
     /// Why the group's messages are not done with, if they are not.
-    fn unreleased(&self) -> Option<String> {
-        let (destination, account) = (&self.destination, &self.account);
-        if self.covered.is_none_or(|covered| covered < self.refusal) {
-            return Some(format!(
-                "account {account} is parked at {destination} behind a dead letter: its messages stay \
-                 until `outbox fanout replay` has re-published them"
-            ));
-        }
-        if self.last_position > self.replayed_through {
-            return Some(format!(
-                "account {account} is replaying at {destination} (re-published through position {} of {})",
-                self.replayed_through, self.last_position
-            ));
-        }
-        None
+    fn unreleased(&self) -> outbox_core::Result<Option<KeptBecause>> {
+        let account =
+            Account::parse(&self.account).map_err(|e| e.with("table", "fanout_dead_letters"))?;
+        let id = |v: i64| v.max(0) as u64;
+        Ok(KeptBecause::dead_letters(
+            &self.destination,
+            &account,
+            id(self.refusal),
+            self.covered.map(id),
+            id(self.last_position),
+            id(self.replayed_through),
+        ))
     }
 
     fn label(&self) -> String {
@@ -114,7 +111,7 @@ pub(super) fn run_messages(conn: &mut Connection, pass: &mut Pass<'_>) -> outbox
                 let groups = stmt.query_map(bounds, Group::read).storage()?;
                 let mut blocked = None;
                 for group in groups {
-                    if let Some(reason) = group.storage()?.unreleased() {
+                    if let Some(reason) = group.storage()?.unreleased()? {
                         blocked = Some(reason);
                         break;
                     }
@@ -151,19 +148,18 @@ pub(super) fn run_messages(conn: &mut Connection, pass: &mut Pass<'_>) -> outbox
 }
 
 /// Why a day whose last message is at `last` has not been read by every destination.
-fn unread(conn: &Connection, last: i64) -> outbox_core::Result<Option<String>> {
+fn unread(conn: &Connection, last: i64) -> outbox_core::Result<Option<KeptBecause>> {
     let slowest: Option<(String, i64)> = conn
         .query_row(DESTINATIONS, [], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()
         .storage()?;
     Ok(match slowest {
-        None => {
-            Some("no destination has a cursor yet: nothing has read the day's messages".to_owned())
-        }
-        Some((name, position)) if position < last => Some(format!(
-            "destination {name} has read through position {position}, before the day's last message \
-             (position {last})"
-        )),
+        None => Some(KeptBecause::NoDestination),
+        Some((destination, position)) if position < last => Some(KeptBecause::DestinationBehind {
+            destination,
+            read_through: position.max(0) as u64,
+            last: last as u64,
+        }),
         Some(_) => None,
     })
 }
@@ -215,16 +211,12 @@ pub(super) fn run_dead_letters(
             // A record written since the candidates were listed.
             continue;
         }
-        if let Some(reason) = group.unreleased() {
-            pass.kept(family, start, label, reason);
-            continue;
-        }
-        if group.cursor < group.last_position {
-            let reason = format!(
-                "destination {destination} has read through position {}, before the account's last \
-                 dead-lettered message (position {})",
-                group.cursor, group.last_position
-            );
+        let behind = (group.cursor < group.last_position).then(|| KeptBecause::DestinationBehind {
+            destination: destination.clone(),
+            read_through: group.cursor.max(0) as u64,
+            last: group.last_position as u64,
+        });
+        if let Some(reason) = group.unreleased()?.or(behind) {
             pass.kept(family, start, label, reason);
             continue;
         }

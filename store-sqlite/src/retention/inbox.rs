@@ -4,7 +4,7 @@
 //! (`inbox_held`) are not records of the past and never leave by retention: without
 //! the marks a redelivered old message could be applied again.
 
-use outbox_core::RetentionFamily;
+use outbox_core::{KeptBecause, RetentionFamily};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{DAY, Pass, days};
@@ -36,16 +36,13 @@ pub(super) fn run_markers(conn: &mut Connection, pass: &mut Pass<'_>) -> outbox_
             )
             .optional()
             .storage()?;
-        if let Some((consumer, account, n)) = held {
-            pass.kept(
-                family,
-                start,
-                None,
-                format!(
-                    "consumer {consumer} has {n} messages of account {account} held in its gap queue: \
-                     the account's markers stay until the gap is filled"
-                ),
-            );
+        if let Some((consumer, account, count)) = held {
+            let reason = KeptBecause::Held {
+                consumer,
+                account,
+                count: count as u64,
+            };
+            pass.kept(family, start, None, reason);
             continue;
         }
         let rows: i64 = tx
@@ -103,20 +100,8 @@ pub(super) fn run_exceptions(
             .optional()
             .storage()?;
         if let Some((account, held)) = open {
-            let what = if held {
-                "a message held in the gap queue"
-            } else {
-                "an outbox event without a terminal delivery record"
-            };
-            pass.kept(
-                family,
-                start,
-                None,
-                format!(
-                    "account {account} still has {what} from before the day ended: its exceptions stay \
-                     until that is resolved"
-                ),
-            );
+            let reason = KeptBecause::AccountOpen { account, held };
+            pass.kept(family, start, None, reason);
             continue;
         }
         let rows: i64 = tx

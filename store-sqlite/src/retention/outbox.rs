@@ -1,7 +1,7 @@
 //! The outbox family: `outbox_events` and their `outbox_deliveries`, by the UTC day
 //! of the event's `created_at`.
 
-use outbox_core::RetentionFamily;
+use outbox_core::{KeptBecause, RetentionFamily};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{DAY, Pass};
@@ -49,7 +49,9 @@ pub(super) fn run(conn: &mut Connection, pass: &mut Pass<'_>) -> outbox_core::Re
                 FAMILY,
                 start,
                 None,
-                format!("{pending} events without a terminal delivery record"),
+                KeptBecause::PendingEvents {
+                    count: pending as u64,
+                },
             );
             continue;
         }
@@ -70,10 +72,9 @@ pub(super) fn run(conn: &mut Connection, pass: &mut Pass<'_>) -> outbox_core::Re
                 FAMILY,
                 start,
                 None,
-                format!(
-                    "holds the outbox's newest event (position {position}); SQLite numbers the next \
-                     event after it, so the day stays until a newer event exists"
-                ),
+                KeptBecause::NewestEvent {
+                    position: position as u64,
+                },
             );
             continue;
         }
