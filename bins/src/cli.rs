@@ -37,15 +37,10 @@ pub enum Command {
     },
     /// Post committed outbox events to the ledger, in per-account order.
     Relay(RelayArgs),
-    /// Drop the outbox's daily partitions older than a duration, once every event in
-    /// them has a terminal outcome (PostgreSQL). Never deletes rows.
-    Retention {
-        #[arg(long, env = "OUTBOX_DATABASE")]
-        database: String,
-        /// How old a partition's last day must be, e.g. 90d, 36h, 45m.
-        #[arg(long, value_parser = parse_duration)]
-        older_than: std::time::Duration,
-    },
+    /// Apply the database's retention policy: whole expired days whose records are
+    /// all terminal leave (outbox, fan-out log, inbox markers, exceptions); `set` and
+    /// `show` record and print the policy, never shorter than the ledger's.
+    Retention(crate::commands::retention::RetentionCli),
     /// Hop 2: receive the ledger's signed webhooks, store them durably, and publish
     /// them to every `--to` destination in per-account order.
     #[cfg(feature = "http")]

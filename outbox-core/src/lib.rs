@@ -11,6 +11,7 @@ pub mod http_answer;
 pub mod inbox;
 pub mod ledger;
 pub mod relay;
+pub mod retention;
 pub mod retry;
 pub mod store;
 #[cfg(test)]
@@ -32,5 +33,9 @@ pub use inbox::{
 };
 pub use ledger::{Balances, BulkItem, Ledger, LedgerCapabilities, LedgerTransaction, PostOutcome};
 pub use relay::{PollingRelay, Relay, Wakeup};
+pub use retention::{
+    Keep, KeptBecause, PeriodOutcome, PeriodVerdict, RetentionFamily, RetentionPolicy,
+    RetentionReport, StoredRetentionPolicy,
+};
 pub use retry::{Retries, RetryPolicy};
 pub use store::{DeliveryOutcome, DeliveryRecord, DeliveryState, Lag, Store, StoreCapabilities};

@@ -34,5 +34,8 @@ pub use notify::NOTIFY_CHANNEL;
 pub use partitions::{PartitionBounds, TablePartition};
 pub use position::PgPosition;
 pub use relay_lock::{LockMode, PgRelayLock};
-pub use retention::{RetentionReport, drop_expired};
+pub use retention::{
+    PartitionReport, RetentionOptions, apply_retention, drop_expired, load_retention_policy,
+    save_retention_policy,
+};
 pub use store::PgStore;

@@ -9,6 +9,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_outbox.sql"),
     include_str!("../migrations/0002_fanout.sql"),
     include_str!("../migrations/0003_fanout_dead_letters.sql"),
+    include_str!("../migrations/0004_retention.sql"),
 ];
 
 /// Opens a connection configured for the outbox: WAL, busy timeout, synchronous level.

@@ -54,10 +54,13 @@ pub fn enqueue(conn: &Connection, event: &NewEvent) -> outbox_core::Result<Outbo
     }
     // Safe without a counter row: the transaction holds (or, at the INSERT below,
     // must take) SQLite's single write lock; a deferred transaction whose snapshot went
-    // stale meanwhile gets BUSY (transient) instead of a duplicate sequence.
+    // stale meanwhile gets BUSY (transient) instead of a duplicate sequence. Numbering
+    // continues after the account's events that retention removed
+    // (`outbox_retired_sequences`), never again from 1.
     let sequence: i64 = conn
         .prepare_cached(
-            "SELECT coalesce(max(sequence), 0) + 1 FROM outbox_events WHERE account = ?1",
+            "SELECT max(coalesce((SELECT max(sequence) FROM outbox_events WHERE account = ?1), 0),
+                        coalesce((SELECT last_sequence FROM outbox_retired_sequences WHERE account = ?1), 0)) + 1",
         )
         .storage()?
         .query_row([event.account.as_str()], |row| row.get(0))

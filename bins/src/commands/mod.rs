@@ -10,7 +10,7 @@ mod fanout;
 pub mod fanout_dead_letters;
 pub mod fanout_replay;
 mod relay;
-mod retention;
+pub mod retention;
 mod signal;
 
 use crate::cli::Command;
@@ -29,10 +29,7 @@ pub async fn run(command: Command) -> outbox_core::Result<()> {
         Command::Fanout(fanout) => fanout::run(*fanout).await,
         Command::Consume(args) => consume::run(args).await,
         Command::Audit(args) => audit::run(*args).await,
-        Command::Retention {
-            database,
-            older_than,
-        } => retention::run(&database, older_than).await,
+        Command::Retention(cli) => retention::run(cli).await,
         #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
         Command::Demo(args) => crate::demo::run(args).await,
         #[cfg(feature = "dev-ledger")]

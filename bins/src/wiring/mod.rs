@@ -4,6 +4,7 @@
 mod audit_stores;
 mod destinations;
 mod relay_lock;
+mod retention;
 mod treasury;
 
 use std::sync::Arc;
@@ -252,26 +253,6 @@ impl Database {
                     "a relay fleet shares partitions through PostgreSQL locks: use a postgres:// database",
                 ))
             }
-        }
-    }
-
-    /// Drops the outbox partitions that ended before `cutoff`, when all their events
-    /// have a terminal outcome. Returns the days dropped and the days kept.
-    #[cfg(feature = "postgres")]
-    pub async fn retention(
-        &self,
-        cutoff: chrono::DateTime<chrono::Utc>,
-    ) -> Result<outbox_store_postgres::RetentionReport> {
-        match self {
-            Self::Postgres(config) => {
-                let store = outbox_store_postgres::PgStore::open(config.clone()).await?;
-                outbox_store_postgres::drop_expired(store.pool(), cutoff).await
-            }
-            #[allow(unreachable_patterns)]
-            _ => Err(Error::invalid(
-                "database",
-                "retention drops daily partitions of the PostgreSQL outbox; a SQLite outbox is one file, kept or archived whole",
-            )),
         }
     }
 }
