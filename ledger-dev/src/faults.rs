@@ -6,7 +6,11 @@
 //! - **slow** — the request waits `delay` before it is executed;
 //! - **after commit** — the request is executed and committed, then its answer is
 //!   held for `hold` (longer than the client's timeout), so the client sees a
-//!   timeout for a write that happened: the "answer lost" case.
+//!   timeout for a write that happened: the "answer lost" case;
+//! - **broken idempotency** — a ledger that ignores `Idempotency-Key` (a replay runs
+//!   again) or that never compares the body's hash under a stored key (a changed body
+//!   is answered as a replay): what `outbox probe` exists to catch, so its tests can
+//!   meet it.
 //!
 //! Set it in-process through [`FaultInjector`] or from another process with
 //! `POST /_dev/faults` and a JSON [`FaultPlan`]; `DELETE /_dev/faults` clears it.
@@ -25,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::errors::{ApiError, ErrorCode};
+use crate::idempotency::Honour;
 
 /// A forced answer, repeated `count` times.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,6 +97,15 @@ pub struct FaultPlan {
     /// before anything runs: a ledger that keeps failing one account's writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fail_matching: Option<String>,
+    /// No idempotency: the `Idempotency-Key` header is ignored, so a replay runs as a
+    /// new write (a new transaction, or the reference's 409 when the body's reference
+    /// is taken) and no key is stored.
+    #[serde(default)]
+    pub ignore_idempotency_key: bool,
+    /// Keys are looked up but the body's hash is never compared: the same key with a
+    /// changed body answers the stored result as a replay instead of 400 VALIDATION.
+    #[serde(default)]
+    pub ignore_body_hash: bool,
 }
 
 impl Default for FaultPlan {
@@ -108,6 +122,8 @@ impl Default for FaultPlan {
             hold_matching: None,
             hold_matching_count: None,
             fail_matching: None,
+            ignore_idempotency_key: false,
+            ignore_body_hash: false,
         }
     }
 }
@@ -272,6 +288,27 @@ impl FaultInjector {
     /// Every write request whose body contains `needle` is answered 503 before commit.
     pub fn fail_matching(&self, needle: &str) {
         self.lock().plan.fail_matching = Some(needle.to_owned());
+    }
+
+    /// Turns the "no idempotency" misbehaviour on or off: keys are ignored, a replay
+    /// runs again.
+    pub fn ignore_idempotency_keys(&self, on: bool) {
+        self.lock().plan.ignore_idempotency_key = on;
+    }
+
+    /// Turns the "no body hash" misbehaviour on or off: a stored key answers its
+    /// stored result whatever the body.
+    pub fn ignore_body_hash(&self, on: bool) {
+        self.lock().plan.ignore_body_hash = on;
+    }
+
+    /// How writes honour their idempotency keys under the current plan.
+    pub(crate) fn idempotency(&self) -> Honour {
+        let inner = self.lock();
+        Honour {
+            key: !inner.plan.ignore_idempotency_key,
+            hash: !inner.plan.ignore_body_hash,
+        }
     }
 
     /// The texts the plan looks for in bodies: (hold, fail).
@@ -555,6 +592,32 @@ mod tests {
             Decision::Answer { status: 503, .. }
         ));
         assert_eq!(f.decide_body(false, false), plain);
+    }
+
+    #[test]
+    fn idempotency_misbehaviours_are_part_of_the_plan() {
+        let f = FaultInjector::default();
+        assert_eq!(
+            f.idempotency(),
+            Honour {
+                key: true,
+                hash: true
+            }
+        );
+        f.ignore_idempotency_keys(true);
+        f.ignore_body_hash(true);
+        assert_eq!(
+            f.idempotency(),
+            Honour {
+                key: false,
+                hash: false
+            }
+        );
+        let plan: FaultPlan = serde_json::from_str(&serde_json::to_string(&f.plan()).unwrap())
+            .expect("the plan round-trips through JSON");
+        assert!(plan.ignore_idempotency_key && plan.ignore_body_hash);
+        f.clear();
+        assert!(f.idempotency().key && f.idempotency().hash);
     }
 
     #[test]
