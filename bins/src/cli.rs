@@ -53,6 +53,10 @@ pub enum Command {
     /// Hop 2 reference consumer: apply the events from one transport to a treasury
     /// table through an inbox (exactly once in effect, per-account order).
     Consume(ConsumeArgs),
+    /// The duplicate-post test: your payout payloads, as enqueue stores them, through
+    /// six idempotency steps against a ledger of the probe's own.
+    #[cfg(feature = "sqlite")]
+    Probe(crate::commands::probe::ProbeArgs),
     /// Run the end-to-end demo on SQLite and the local dev ledger.
     #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
     Demo(crate::demo::DemoArgs),

@@ -6,4 +6,5 @@ pub mod commands;
 pub mod consumer;
 #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
 pub mod demo;
+pub mod probe;
 pub mod wiring;

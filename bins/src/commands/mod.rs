@@ -8,6 +8,8 @@ mod enqueue;
 mod fanout;
 pub mod fanout_dead_letters;
 pub mod fanout_replay;
+#[cfg(feature = "sqlite")]
+pub mod probe;
 mod relay;
 mod retention;
 mod signal;
@@ -31,6 +33,8 @@ pub async fn run(command: Command) -> outbox_core::Result<()> {
             database,
             older_than,
         } => retention::run(&database, older_than).await,
+        #[cfg(feature = "sqlite")]
+        Command::Probe(args) => probe::run(args).await,
         #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
         Command::Demo(args) => crate::demo::run(args).await,
         #[cfg(feature = "dev-ledger")]
