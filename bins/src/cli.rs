@@ -53,6 +53,9 @@ pub enum Command {
     /// Hop 2 reference consumer: apply the events from one transport to a treasury
     /// table through an inbox (exactly once in effect, per-account order).
     Consume(ConsumeArgs),
+    /// The five money controls of a deployment, in the order the money moves:
+    /// PASS / FAIL / NOT CHECKED each; exits non-zero on any FAIL.
+    Check(Box<crate::commands::check::CheckArgs>),
     /// The duplicate-post test: your payout payloads, as enqueue stores them, through
     /// six idempotency steps against a ledger of the probe's own.
     #[cfg(feature = "sqlite")]

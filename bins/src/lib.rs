@@ -1,6 +1,7 @@
 //! The `outbox` binary's library half: commands, adapter wiring, the reference
 //! treasury consumer and the demo, so end-to-end tests can drive them directly.
 
+pub mod check;
 pub mod cli;
 pub mod commands;
 pub mod consumer;

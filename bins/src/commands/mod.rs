@@ -2,6 +2,7 @@
 
 #[cfg(feature = "http")]
 mod catch_up;
+pub mod check;
 mod consume;
 mod enqueue;
 #[cfg(feature = "http")]
@@ -33,6 +34,7 @@ pub async fn run(command: Command) -> outbox_core::Result<()> {
             database,
             older_than,
         } => retention::run(&database, older_than).await,
+        Command::Check(args) => check::run(*args).await,
         #[cfg(feature = "sqlite")]
         Command::Probe(args) => probe::run(args).await,
         #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
