@@ -149,7 +149,7 @@ async fn idempotency(db: &dyn Db, target: &Target, sample: usize) -> Part {
             Err(e) => return fail(format!("a stored payload is not a ledger command: {e}")),
         }
     }
-    let session = match Session::open(target).await {
+    let session = match Session::open(target, false).await {
         Ok(session) => session,
         Err(e) => return fail(format!("cannot open a probe ledger: {e}")),
     };

@@ -72,7 +72,7 @@ pub async fn run(args: ProbeArgs) -> Result<()> {
             allow_existing: args.allow_existing_ledger,
         },
     };
-    let session = Session::open(&target).await?;
+    let session = Session::open(&target, true).await?;
     let report = probe_file(&session, &entries, args.crash_window).await;
     session.close().await;
     let report = report?;
@@ -112,7 +112,10 @@ async fn probe_file(
             .map_err(|e| probe::probe_error(format!("cannot find the outbox binary: {e}")))?,
         outbox: outbox.clone(),
         client: session.ledgers.client.clone(),
-        ledger: session.relay_ledger.clone(),
+        ledger: session
+            .relay_ledger
+            .clone()
+            .ok_or_else(|| probe::probe_error("the session has no step-5 ledger"))?,
         window: crash_window(session, window).await?,
     };
     report.crash_window = Some(relay.window.describe().to_owned());
@@ -140,10 +143,14 @@ async fn probe_file(
         let stored = match stored {
             Ok(stored) => stored,
             Err(e) => {
+                let error = match e.field() {
+                    Some(field) => format!("invalid {field}: {}", e.message()),
+                    None => e.to_string(),
+                };
                 report.bad_lines.push(BadLine {
                     line: *line,
                     field: e.field().map(str::to_owned),
-                    error: e.to_string(),
+                    error,
                 });
                 continue;
             }

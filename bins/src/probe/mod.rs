@@ -4,6 +4,7 @@
 //! sample of a deployment's most recent payloads.
 
 mod funding;
+#[cfg(feature = "sqlite")]
 mod hold_proxy;
 mod ledger;
 mod payload;
@@ -40,8 +41,8 @@ pub enum Target {
 #[derive(Debug)]
 pub struct Session {
     pub ledgers: Ledgers,
-    /// `outbox-probe-<id>-step5`, for the relay path.
-    pub relay_ledger: String,
+    /// `outbox-probe-<id>-step5`, for the relay path (`None` without step 5).
+    pub relay_ledger: Option<String>,
     pub target: String,
     pub is_dev_ledger: bool,
     #[cfg(feature = "dev-ledger")]
@@ -55,14 +56,14 @@ fn fresh_name() -> String {
 }
 
 impl Session {
-    /// Starts (or reaches) the ledger server and prepares the probe's three ledgers:
-    /// `NAME` (steps 1, 2, 4, 6), `NAME-step3` and `NAME-step5`, each fresh unless
-    /// `allow_existing`.
+    /// Starts (or reaches) the ledger server and prepares the probe's ledgers:
+    /// `NAME` (steps 1, 2, 4, 6), `NAME-step3` and, with `relay`, `NAME-step5`, each
+    /// fresh unless `allow_existing`.
     ///
     /// # Errors
     /// A ledger that holds transactions, a server that cannot be reached, a build
     /// without the dev ledger and no URL.
-    pub async fn open(target: &Target) -> Result<Self> {
+    pub async fn open(target: &Target, relay: bool) -> Result<Self> {
         #[cfg(feature = "dev-ledger")]
         let mut embedded = None;
         let (client, described, name, allow_existing) = match target {
@@ -98,8 +99,12 @@ impl Session {
             ),
         };
         let is_dev_ledger = client.is_dev_ledger().await;
-        let (concurrent, relay_ledger) = (format!("{name}-step3"), format!("{name}-step5"));
-        for ledger in [&name, &concurrent, &relay_ledger] {
+        let concurrent = format!("{name}-step3");
+        let relay_ledger = relay.then(|| format!("{name}-step5"));
+        for ledger in [Some(&name), Some(&concurrent), relay_ledger.as_ref()]
+            .into_iter()
+            .flatten()
+        {
             client.prepare(ledger, allow_existing).await?;
         }
         Ok(Self {
@@ -117,11 +122,11 @@ impl Session {
     }
 
     pub fn ledger_names(&self) -> Vec<String> {
-        vec![
-            self.ledgers.main.clone(),
-            self.ledgers.concurrent.clone(),
-            self.relay_ledger.clone(),
-        ]
+        [&self.ledgers.main, &self.ledgers.concurrent]
+            .into_iter()
+            .chain(self.relay_ledger.as_ref())
+            .cloned()
+            .collect()
     }
 
     /// Credits every debited account from `@world` in each probe ledger.

@@ -179,7 +179,7 @@ mod tests {
         let event: NewEvent = raw.into_new_event().unwrap();
         let (event_id, payload) = event.encode(1).unwrap();
         let event = OutboxEvent {
-            position: outbox_core::Position::default(),
+            position: outbox_core::Position::from_bytes(&[1]).unwrap(),
             event_id,
             account: event.account,
             sequence: 1,
