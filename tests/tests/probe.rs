@@ -71,7 +71,7 @@ fn verdicts(payload: &Value) -> Vec<&str> {
         .collect()
 }
 
-fn step<'a>(payload: &'a Value, n: u64) -> &'a Value {
+fn step(payload: &Value, n: u64) -> &Value {
     payload["steps"]
         .as_array()
         .unwrap()

@@ -24,8 +24,9 @@ pub struct CheckArgs {
     /// never read from the environment.
     #[arg(long)]
     pub ledger_url: Option<String>,
-    /// Bearer token for --ledger-url.
-    #[arg(long, env = "OUTBOX_LEDGER_TOKEN", hide_env_values = true)]
+    /// Bearer token for --ledger-url. Its own variable, not the relay's: a
+    /// production token must never reach a sandbox.
+    #[arg(long, env = "OUTBOX_PROBE_LEDGER_TOKEN", hide_env_values = true)]
     pub ledger_token: Option<String>,
     /// How many of the most recent stored payloads check 2 probes.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]

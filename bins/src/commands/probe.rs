@@ -29,8 +29,9 @@ pub struct ProbeArgs {
     /// `NAME-step3` and `NAME-step5` are used too.
     #[arg(long, requires = "ledger_url")]
     pub ledger_name: Option<String>,
-    /// Bearer token for --ledger-url.
-    #[arg(long, env = "OUTBOX_LEDGER_TOKEN", hide_env_values = true)]
+    /// Bearer token for --ledger-url. Its own variable, not the relay's: a
+    /// production token must never reach a sandbox.
+    #[arg(long, env = "OUTBOX_PROBE_LEDGER_TOKEN", hide_env_values = true)]
     pub ledger_token: Option<String>,
     /// Post into --ledger-name even when it already holds transactions.
     #[arg(long, requires = "ledger_name")]

@@ -159,6 +159,10 @@ pub fn payload_report(payload: &ProbePayload, mut steps: Vec<StepResult>) -> Pay
         event_id: payload.event.event_id.to_string(),
         kind: payload.kind(),
         reference: payload.reference().map(str::to_owned),
+        reverts: match &payload.request {
+            Request::Revert { target, .. } => Some(target.to_string()),
+            Request::Post { .. } => None,
+        },
         steps,
     }
 }

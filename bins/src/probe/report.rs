@@ -105,6 +105,9 @@ pub struct PayloadReport {
     pub kind: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reference: Option<String>,
+    /// For a revert: the event id of the payout it reverts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reverts: Option<String>,
     pub steps: Vec<StepResult>,
 }
 
@@ -197,11 +200,11 @@ impl ProbeReport {
                 payload.label,
                 payload.account,
                 payload.kind,
-                payload
-                    .reference
-                    .as_deref()
-                    .map(|r| format!("reference {r}"))
-                    .unwrap_or_else(|| "no reference".into()),
+                match (&payload.reference, &payload.reverts) {
+                    (_, Some(target)) => format!("reverts {target}"),
+                    (Some(r), None) => format!("reference {r}"),
+                    (None, None) => "no reference".into(),
+                },
                 payload.event_id
             );
             for step in &payload.steps {

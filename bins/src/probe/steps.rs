@@ -90,7 +90,7 @@ pub async fn idempotency_steps(
     let original = match (&first, first.transaction_id) {
         (a, Some(id)) if a.is_new() && carrying == [id] => {
             steps.push(
-                StepResult::new(1, Verdict::Pass, format!("new transaction {id} ({a})"))
+                StepResult::new(1, Verdict::Pass, format!("{a}: a new transaction"))
                     .answers(vec![first.clone()])
                     .transactions(carrying),
             );
