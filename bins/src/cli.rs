@@ -51,6 +51,13 @@ pub enum Command {
     /// The audit trail of one event across both hops: outbox row, delivery attempts,
     /// ledger transaction, Hop 2 messages and cursors, consumer inbox, exceptions.
     Audit(Box<crate::commands::audit::AuditArgs>),
+    /// The five money controls of a deployment, in the order the money moves:
+    /// PASS / FAIL / NOT CHECKED each; exits non-zero on any FAIL.
+    Check(Box<crate::commands::check::CheckArgs>),
+    /// The duplicate-post test: your payout payloads, as enqueue stores them, through
+    /// six idempotency steps against a ledger of the probe's own.
+    #[cfg(feature = "sqlite")]
+    Probe(crate::commands::probe::ProbeArgs),
     /// Run the end-to-end demo on SQLite and the local dev ledger.
     #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
     Demo(crate::demo::DemoArgs),

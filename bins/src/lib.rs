@@ -2,9 +2,11 @@
 //! treasury consumer and the demo, so end-to-end tests can drive them directly.
 
 pub mod audit;
+pub mod check;
 pub mod cli;
 pub mod commands;
 pub mod consumer;
 #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
 pub mod demo;
+pub mod probe;
 pub mod wiring;

@@ -61,18 +61,20 @@ pub(crate) struct WriteContext<'a> {
     pub(crate) next_tx_id: &'a mut u64,
     pub(crate) now: DateTime<Utc>,
     pub(crate) idempotency_key: Option<&'a str>,
+    /// Whether a stored key's hash is compared (false only under a misbehaviour fault).
+    pub(crate) compare_hash: bool,
 }
 
 impl WriteContext<'_> {
     /// The stored result when the key was already used with this `hash`.
     fn replay(&self, hash: &str) -> Result<Option<Plan>, ApiError> {
         Ok(
-            idempotency::lookup(self.state, self.idempotency_key, hash)?.map(|record| {
-                Plan::Replay {
+            idempotency::lookup(self.state, self.idempotency_key, hash, self.compare_hash)?.map(
+                |record| Plan::Replay {
                     log_id: record.log_id,
                     data: record.data.clone(),
-                }
-            }),
+                },
+            ),
         )
     }
 

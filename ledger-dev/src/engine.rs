@@ -23,6 +23,7 @@ use crate::config::DevLedgerStats;
 use crate::controller::{self, Plan, WriteContext};
 use crate::errors::{ApiError, ErrorCode};
 use crate::events;
+use crate::faults::FaultInjector;
 use crate::log::Log;
 use crate::persistence::{DeliveryOutcome, Journal, StoredDelivery};
 use crate::state::{LedgerInfo, LedgerState};
@@ -55,6 +56,8 @@ pub(crate) struct Engine {
     webhooks: WebhookQueue,
     idempotency_hits: AtomicU64,
     bulk_max_size: usize,
+    /// Read for its idempotency misbehaviours; the HTTP layer applies the rest.
+    faults: FaultInjector,
 }
 
 /// The features a default Formance v2 ledger reports (`pkg/features`).
@@ -88,6 +91,7 @@ impl Engine {
         journal: Journal,
         webhooks: WebhookQueue,
         bulk_max_size: usize,
+        faults: FaultInjector,
     ) -> Result<(Self, Vec<StoredDelivery>)> {
         let loaded = journal.load()?;
         let mut ledgers: BTreeMap<String, LedgerState> = loaded
@@ -116,6 +120,7 @@ impl Engine {
             webhooks,
             idempotency_hits: AtomicU64::new(0),
             bulk_max_size,
+            faults,
         };
         Ok((engine, loaded.pending))
     }
@@ -271,11 +276,13 @@ impl Engine {
             .get_mut(ledger)
             .ok_or_else(|| ApiError::ledger_not_found(ledger))?;
         let now = clock::now();
+        let honour = self.faults.idempotency();
         let plan = plan(&mut WriteContext {
             state: &slot.state,
             next_tx_id: &mut slot.next_tx_id,
             now,
-            idempotency_key: key.filter(|k| !k.is_empty()),
+            idempotency_key: key.filter(|k| honour.key && !k.is_empty()),
+            compare_hash: honour.hash,
         })?;
         if dry_run {
             // Run, then roll back: no log, no key, no event; the id stays consumed.
@@ -338,6 +345,7 @@ impl Engine {
         let mut results = Vec::with_capacity(elements.len());
         let mut failed = false;
 
+        let honour = self.faults.idempotency();
         let mut scratch = options.atomic.then(|| slot.state.clone());
         let mut staged: Vec<(Plan, DateTime<Utc>)> = Vec::new();
         let mut published: Vec<Plan> = Vec::new();
@@ -362,7 +370,11 @@ impl Engine {
                 state,
                 next_tx_id: &mut slot.next_tx_id,
                 now,
-                idempotency_key: element.ik.as_deref().filter(|k| !k.is_empty()),
+                idempotency_key: element
+                    .ik
+                    .as_deref()
+                    .filter(|k| honour.key && !k.is_empty()),
+                compare_hash: honour.hash,
             };
             let planned = match op {
                 BulkOp::Create(cmd) => controller::create_transaction(&mut ctx, cmd),

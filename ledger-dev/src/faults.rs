@@ -6,7 +6,11 @@
 //! - **slow** — the request waits `delay` before it is executed;
 //! - **after commit** — the request is executed and committed, then its answer is
 //!   held for `hold` (longer than the client's timeout), so the client sees a
-//!   timeout for a write that happened: the "answer lost" case.
+//!   timeout for a write that happened: the "answer lost" case;
+//! - **broken idempotency** — a ledger that ignores `Idempotency-Key` (a replay runs
+//!   again) or that never compares the body's hash under a stored key (a changed body
+//!   is answered as a replay): what `outbox probe` exists to catch, so its tests can
+//!   meet it.
 //!
 //! Set it in-process through [`FaultInjector`] or from another process with
 //! `POST /_dev/faults` and a JSON [`FaultPlan`]; `DELETE /_dev/faults` clears it.
@@ -25,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::errors::{ApiError, ErrorCode};
+use crate::idempotency::Honour;
 
 /// A forced answer, repeated `count` times.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,6 +106,15 @@ pub struct FaultPlan {
     /// one more key): a stored log rewritten after it was hashed. Reads only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub corrupt_log_data: Option<u64>,
+    /// No idempotency: the `Idempotency-Key` header is ignored, so a replay runs as a
+    /// new write (a new transaction, or the reference's 409 when the body's reference
+    /// is taken) and no key is stored.
+    #[serde(default)]
+    pub ignore_idempotency_key: bool,
+    /// Keys are looked up but the body's hash is never compared: the same key with a
+    /// changed body answers the stored result as a replay instead of 400 VALIDATION.
+    #[serde(default)]
+    pub ignore_body_hash: bool,
 }
 
 impl Default for FaultPlan {
@@ -119,6 +133,8 @@ impl Default for FaultPlan {
             fail_matching: None,
             corrupt_log_hash: None,
             corrupt_log_data: None,
+            ignore_idempotency_key: false,
+            ignore_body_hash: false,
         }
     }
 }
@@ -302,6 +318,27 @@ impl FaultInjector {
         crate::log_tamper::LogCorruption {
             hash: inner.plan.corrupt_log_hash,
             data: inner.plan.corrupt_log_data,
+        }
+    }
+
+    /// Turns the "no idempotency" misbehaviour on or off: keys are ignored, a replay
+    /// runs again.
+    pub fn ignore_idempotency_keys(&self, on: bool) {
+        self.lock().plan.ignore_idempotency_key = on;
+    }
+
+    /// Turns the "no body hash" misbehaviour on or off: a stored key answers its
+    /// stored result whatever the body.
+    pub fn ignore_body_hash(&self, on: bool) {
+        self.lock().plan.ignore_body_hash = on;
+    }
+
+    /// How writes honour their idempotency keys under the current plan.
+    pub(crate) fn idempotency(&self) -> Honour {
+        let inner = self.lock();
+        Honour {
+            key: !inner.plan.ignore_idempotency_key,
+            hash: !inner.plan.ignore_body_hash,
         }
     }
 
@@ -586,6 +623,32 @@ mod tests {
             Decision::Answer { status: 503, .. }
         ));
         assert_eq!(f.decide_body(false, false), plain);
+    }
+
+    #[test]
+    fn idempotency_misbehaviours_are_part_of_the_plan() {
+        let f = FaultInjector::default();
+        assert_eq!(
+            f.idempotency(),
+            Honour {
+                key: true,
+                hash: true
+            }
+        );
+        f.ignore_idempotency_keys(true);
+        f.ignore_body_hash(true);
+        assert_eq!(
+            f.idempotency(),
+            Honour {
+                key: false,
+                hash: false
+            }
+        );
+        let plan: FaultPlan = serde_json::from_str(&serde_json::to_string(&f.plan()).unwrap())
+            .expect("the plan round-trips through JSON");
+        assert!(plan.ignore_idempotency_key && plan.ignore_body_hash);
+        f.clear();
+        assert!(f.idempotency().key && f.idempotency().hash);
     }
 
     #[test]

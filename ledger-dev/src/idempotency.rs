@@ -12,6 +12,16 @@ use crate::errors::ApiError;
 use crate::log::LogData;
 use crate::state::LedgerState;
 
+/// How a write honours its key: both true, except under the fault plan's
+/// misbehaviours (`ignoreIdempotencyKey`, `ignoreBodyHash`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Honour {
+    /// The key is looked up and stored; false: as if the request carried none.
+    pub(crate) key: bool,
+    /// A stored key's hash is compared with the request's; false: any body replays.
+    pub(crate) hash: bool,
+}
+
 /// What a key remembers: the hash it was stored with and the log it produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct IdempotencyRecord {
@@ -40,18 +50,21 @@ pub(crate) fn hash<T: Serialize>(operation: &str, command: &T) -> String {
 /// `Ok(Some(record))` is a replay; `Ok(None)` means run the command and store the
 /// key with `hash`.
 ///
+/// `compare_hash` false (a misbehaviour fault) answers a stored key whatever the hash.
+///
 /// # Errors
 /// 400 VALIDATION when the key was stored with another hash.
 pub(crate) fn lookup<'a>(
     state: &'a LedgerState,
     key: Option<&str>,
     hash: &str,
+    compare_hash: bool,
 ) -> Result<Option<&'a IdempotencyRecord>, ApiError> {
     let Some(key) = key else { return Ok(None) };
     let Some(record) = state.idempotency.get(key) else {
         return Ok(None);
     };
-    if record.hash != hash {
+    if compare_hash && record.hash != hash {
         return Err(ApiError::validation(format!(
             "invalid idempotency hash when using idempotency key '{key}', has computed '{hash}' but '{}' is stored",
             record.hash

@@ -42,15 +42,18 @@ impl DevLedger {
         let (queue, receiver) = WebhookQueue::new(&config.webhooks);
         let counters = Arc::clone(&queue.counters);
         let bulk_max_size = config.bulk_max_size;
-        let (engine, pending) =
-            tokio::task::spawn_blocking(move || Engine::open(journal, queue, bulk_max_size))
-                .await
-                .map_err(|e| {
-                    Error::new(
-                        ErrorKind::Internal,
-                        format!("replaying the journal panicked: {e}"),
-                    )
-                })??;
+        let faults = FaultInjector::default();
+        let engine_faults = faults.clone();
+        let (engine, pending) = tokio::task::spawn_blocking(move || {
+            Engine::open(journal, queue, bulk_max_size, engine_faults)
+        })
+        .await
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Internal,
+                format!("replaying the journal panicked: {e}"),
+            )
+        })??;
         let engine = Arc::new(engine);
         for name in &config.create_ledgers {
             let created = {
@@ -100,7 +103,6 @@ impl DevLedger {
             shutdown_rx.clone(),
         ));
 
-        let faults = FaultInjector::default();
         let router = routes::router(
             AppState {
                 engine: Arc::clone(&engine),

@@ -3,12 +3,15 @@
 pub mod audit;
 #[cfg(feature = "http")]
 mod catch_up;
+pub mod check;
 mod consume;
 mod enqueue;
 #[cfg(feature = "http")]
 mod fanout;
 pub mod fanout_dead_letters;
 pub mod fanout_replay;
+#[cfg(feature = "sqlite")]
+pub mod probe;
 mod relay;
 pub mod retention;
 mod signal;
@@ -30,6 +33,9 @@ pub async fn run(command: Command) -> outbox_core::Result<()> {
         Command::Consume(args) => consume::run(args).await,
         Command::Audit(args) => audit::run(*args).await,
         Command::Retention(cli) => retention::run(cli).await,
+        Command::Check(args) => check::run(*args).await,
+        #[cfg(feature = "sqlite")]
+        Command::Probe(args) => probe::run(args).await,
         #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
         Command::Demo(args) => crate::demo::run(args).await,
         #[cfg(feature = "dev-ledger")]

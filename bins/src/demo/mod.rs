@@ -9,3 +9,5 @@ mod run;
 mod scenario;
 
 pub use run::{DemoArgs, run};
+/// The reference scenario's events, for tests that probe or check them.
+pub use scenario::Scenario;

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use serde_json::json;
 
-use crate::support::{Harness, contracts, postings};
+use crate::support::{Harness, contracts, postings, with};
 
 #[tokio::test]
 async fn a_ratio_of_5xx_answers_writes_nothing() {
@@ -186,5 +186,93 @@ async fn an_answer_lost_after_commit_is_recovered_by_the_key() {
         started.elapsed() < Duration::from_secs(10),
         "shutdown took {:?}",
         started.elapsed()
+    );
+}
+
+/// A ledger without idempotency (a misbehaviour for the outbox probe's tests): the key
+/// is ignored, so a replay is run again — a new transaction, or the reference's 409
+/// when the body carries a reference already used.
+#[tokio::test]
+async fn a_ledger_told_to_ignore_idempotency_keys_posts_a_replay_again() {
+    let Some(c) = contracts() else { return };
+    let h = Harness::start(c).await;
+    let set = h
+        .post("/_dev/faults", &json!({"ignoreIdempotencyKey": true}), None)
+        .await;
+    assert_eq!(set.status, 200, "{:#}", set.body);
+    assert_eq!(set.body["ignoreIdempotencyKey"], true);
+
+    let body = postings("world", "a", 1, "USD");
+    let first = h.post("transactions", &body, Some("k")).await;
+    let again = h.post("transactions", &body, Some("k")).await;
+    let first_id = h.ok(&first, 200, "V2CreateTransactionResponse")["data"]["id"].clone();
+    let again_id = h.ok(&again, 200, "V2CreateTransactionResponse")["data"]["id"].clone();
+    assert!(!again.hit(), "no idempotency: no hit");
+    assert_ne!(first_id, again_id, "the replay posted a new transaction");
+    assert_eq!(h.ledger.stats().transactions, 2);
+    assert_eq!(h.ledger.stats().idempotency_hits, 0);
+
+    let referenced = with(body.clone(), "reference", json!("payout:1"));
+    h.ok(
+        &h.post("transactions", &referenced, Some("r")).await,
+        200,
+        "V2CreateTransactionResponse",
+    );
+    h.err(
+        &h.post("transactions", &referenced, Some("r")).await,
+        409,
+        "CONFLICT",
+    );
+
+    // Back to normal: keys are honoured again (the keys above were never stored).
+    h.ledger.faults().clear();
+    h.post("transactions", &body, Some("k2")).await;
+    assert!(h.post("transactions", &body, Some("k2")).await.hit());
+    assert_eq!(h.ledger.stats().transactions, 4);
+}
+
+/// A ledger that looks the key up but never compares the body's hash: the same key
+/// with a changed body answers the stored transaction as a replay.
+#[tokio::test]
+async fn a_ledger_told_to_ignore_the_body_hash_replays_a_changed_body() {
+    let Some(c) = contracts() else { return };
+    let h = Harness::start(c).await;
+    let set = h
+        .post("/_dev/faults", &json!({"ignoreBodyHash": true}), None)
+        .await;
+    assert_eq!(set.status, 200, "{:#}", set.body);
+
+    let first = h
+        .post(
+            "transactions",
+            &postings("world", "a", 100, "USD"),
+            Some("k"),
+        )
+        .await;
+    let changed = h
+        .post(
+            "transactions",
+            &postings("world", "a", 101, "USD"),
+            Some("k"),
+        )
+        .await;
+    assert!(changed.hit(), "the changed body was answered as a replay");
+    assert_eq!(
+        h.ok(&changed, 200, "V2CreateTransactionResponse")["data"],
+        h.ok(&first, 200, "V2CreateTransactionResponse")["data"],
+        "the stored transaction, not the changed body"
+    );
+    assert_eq!(h.ledger.stats().transactions, 1);
+
+    h.ledger.faults().clear();
+    h.err(
+        &h.post(
+            "transactions",
+            &postings("world", "a", 101, "USD"),
+            Some("k"),
+        )
+        .await,
+        400,
+        "VALIDATION",
     );
 }
