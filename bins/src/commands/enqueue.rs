@@ -46,7 +46,8 @@ pub async fn run(database: &str, file: &Path) -> Result<()> {
     Ok(())
 }
 
-fn read(file: &Path) -> Result<String> {
+/// The whole file, or standard input for `-`; an error names the field `file`.
+pub(super) fn read(file: &Path) -> Result<String> {
     let mut text = String::new();
     let outcome = if file == Path::new("-") {
         std::io::stdin().read_to_string(&mut text).map(drop)

@@ -4,8 +4,7 @@
 //! SQLite outbox of the probe's own; its stored bytes then go through the six steps
 //! against ledgers of the probe's own (see `crate::probe`).
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use outbox_core::{Error, ErrorKind, EventId, NewEvent, OutboxEvent, RawNewEvent, Result};
 use outbox_store_sqlite::{SqliteConfig, SqliteStore, connect, enqueue, map_error};
@@ -56,7 +55,7 @@ pub enum WindowChoice {
 }
 
 pub async fn run(args: ProbeArgs) -> Result<()> {
-    let text = read(&args.file)?;
+    let text = super::enqueue::read(&args.file)?;
     let entries = parse(&text);
     if entries.is_empty() {
         return Err(Error::invalid(
@@ -195,23 +194,6 @@ fn store(outbox: &SqliteStore, event: &NewEvent) -> Result<OutboxEvent> {
     let stored = enqueue(&tx, event)?;
     tx.commit().map_err(map_error)?;
     Ok(stored)
-}
-
-fn read(file: &Path) -> Result<String> {
-    let mut text = String::new();
-    let outcome = if file == Path::new("-") {
-        std::io::stdin().read_to_string(&mut text).map(drop)
-    } else {
-        std::fs::read_to_string(file).map(|t| text = t)
-    };
-    outcome.map_err(|e| {
-        Error::new(
-            ErrorKind::Config,
-            format!("cannot read {}: {e}", file.display()),
-        )
-        .with("field", "file")
-    })?;
-    Ok(text)
 }
 
 /// Every non-blank line, parsed as `outbox enqueue` parses it, with its number. A
