@@ -43,6 +43,10 @@ pub(crate) struct Transaction {
     pub metadata: Metadata,
     #[serde(default)]
     pub reverted: bool,
+    #[serde(default)]
+    pub timestamp: Option<chrono::DateTime<chrono::Utc>>,
+    #[serde(default, rename = "insertedAt")]
+    pub inserted_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl From<Transaction> for LedgerTransaction {
@@ -54,6 +58,8 @@ impl From<Transaction> for LedgerTransaction {
             reference: tx.reference.filter(|r| !r.is_empty()),
             metadata: tx.metadata,
             reverted: tx.reverted,
+            timestamp: tx.timestamp,
+            inserted_at: tx.inserted_at,
         }
     }
 }

@@ -33,6 +33,9 @@ pub enum ErrorKind {
     Handler,
     /// An invariant of ledger-outbox itself was broken (a bug or tampered data).
     Internal,
+    /// The adapter does not offer this operation (a trait method it left at its
+    /// default); permanent.
+    Unsupported,
 }
 
 /// What a caller may do about an error.

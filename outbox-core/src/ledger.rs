@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 
 use crate::domain::{Account, Asset, EventId, Metadata, Posting};
 use crate::error::Result;
@@ -55,6 +56,23 @@ pub struct LedgerTransaction {
     pub metadata: Metadata,
     /// Whether a later transaction has reverted it.
     pub reverted: bool,
+    /// Its effective date (the ledger's `timestamp`, which a poster may set in the
+    /// past); `None` when the adapter does not read it.
+    pub timestamp: Option<DateTime<Utc>>,
+    /// When the ledger inserted it (`insertedAt`); `None` when the adapter does not
+    /// read it.
+    pub inserted_at: Option<DateTime<Utc>>,
+}
+
+/// Which date places a move before or after a point in time, for
+/// [`Ledger::aggregate_balances_at`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BalanceDate {
+    /// The transaction's effective date (`timestamp`), which a poster may backdate.
+    Effective,
+    /// When the ledger inserted the transaction (Formance `useInsertionDate=true`):
+    /// a transaction posted later with a past timestamp is not in a past answer.
+    Insertion,
 }
 
 /// Sum of balances per asset; signed, since sources such as `world` go negative.
@@ -140,4 +158,44 @@ pub trait Ledger: Send + Sync + 'static {
 
     /// Aggregate balances per asset over the accounts matching `address` (Formance `$match`).
     async fn aggregate_balances(&self, address: &str) -> Result<Balances>;
+
+    /// Aggregate balances per asset over the accounts matching `address`, counting
+    /// only the moves dated at or before `at` by `date`. An address with no moves by
+    /// then answers an empty map; callers must not read that as zero balances.
+    ///
+    /// # Errors
+    /// `Unsupported` (the default) from an adapter that cannot answer at a point in
+    /// time; the ledger's own refusal (a Formance ledger without the moves-history
+    /// feature answers 400) as a permanent `Ledger` error.
+    async fn aggregate_balances_at(
+        &self,
+        address: &str,
+        at: DateTime<Utc>,
+        date: BalanceDate,
+    ) -> Result<Balances> {
+        let _ = (address, at, date);
+        Err(crate::Error::new(
+            crate::ErrorKind::Unsupported,
+            "this ledger adapter cannot read balances at a point in time",
+        ))
+    }
+
+    /// Up to `limit` transactions with an id above `after` (from the first when
+    /// `None`), in ascending id order, whether or not they carry outbox metadata.
+    /// Reconciliation pages through the whole ledger with it, so an adapter should
+    /// answer a page in one request.
+    ///
+    /// # Errors
+    /// `Unsupported` (the default) from an adapter that cannot list.
+    async fn transactions_after(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<LedgerTransaction>> {
+        let _ = (after, limit);
+        Err(crate::Error::new(
+            crate::ErrorKind::Unsupported,
+            "this ledger adapter cannot list transactions",
+        ))
+    }
 }

@@ -10,6 +10,7 @@ pub mod fleet;
 pub mod http_answer;
 pub mod inbox;
 pub mod ledger;
+pub mod reconcile;
 pub mod relay;
 pub mod retention;
 pub mod retry;
@@ -20,7 +21,7 @@ mod testing;
 pub use dispatch::{Backoff, DispatchConfig, Dispatcher, RunMode, Summary};
 pub use domain::*;
 pub use error::{Error, ErrorKind, Result, Retry};
-pub use exception::{Exception, ExceptionKind, NewException};
+pub use exception::{Exception, ExceptionKind, ExceptionQuery, NewException, Resolution, Severity};
 pub use fanout::{
     AppendOutcome, CatchUp, CatchUpReport, DeadLetter, DeadLetterAccount, DeadLetterQuery,
     DeadLetterReason, DeadLetterState, FanoutConfig, FanoutLoop, FanoutMessage, FanoutStore,
@@ -31,7 +32,9 @@ pub use inbox::{
     Accepted, Claim, GapAlarm, Handler, HeldGap, HoldResult, Inbox, InboxEngine, InboxMessage,
     MessageKind,
 };
-pub use ledger::{Balances, BulkItem, Ledger, LedgerCapabilities, LedgerTransaction, PostOutcome};
+pub use ledger::{
+    BalanceDate, Balances, BulkItem, Ledger, LedgerCapabilities, LedgerTransaction, PostOutcome,
+};
 pub use relay::{PollingRelay, Relay, Wakeup};
 pub use retention::{
     Keep, KeptBecause, PeriodOutcome, PeriodVerdict, RetentionFamily, RetentionPolicy,

@@ -8,7 +8,8 @@ use chrono::{DateTime, Utc};
 
 use crate::domain::{EventId, OutboxEvent};
 use crate::error::Result;
-use crate::exception::{Exception, NewException};
+use crate::error::{Error, ErrorKind};
+use crate::exception::{Exception, ExceptionQuery, NewException, Resolution};
 
 /// The final or intermediate result of one attempt to post an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -226,12 +227,41 @@ pub trait Store: Send + Sync + 'static {
     /// re-evaluate refused ones): the dispatcher refuses that start.
     async fn has_deliveries(&self) -> Result<bool>;
 
-    /// Records an exception unless the same (source, kind, account, sequence) exists;
-    /// returns whether it was new.
+    /// Records an exception unless an open one with the same
+    /// [identity](NewException::identity) exists; returns whether it was new. Two
+    /// callers raising the same finding at once record it once.
     async fn raise_exception(&self, exception: &NewException) -> Result<bool>;
 
-    /// All exceptions, oldest first.
+    /// All exceptions, oldest first, each with its resolution if it has one.
     async fn exceptions(&self) -> Result<Vec<Exception>>;
+
+    /// The exceptions `query` selects, oldest first. The default filters
+    /// [`Store::exceptions`]; a store with many should filter in its query.
+    async fn exceptions_matching(&self, query: &ExceptionQuery) -> Result<Vec<Exception>> {
+        let mut all = self.exceptions().await?;
+        all.retain(|e| query.matches(e));
+        Ok(all)
+    }
+
+    /// Appends the resolution of exception `id` (append-only: the exception row is not
+    /// changed) and returns it as stored.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming `id` when there is no such exception or it is already
+    /// resolved (a resolution is never replaced), or naming `note` when it is empty;
+    /// `Unsupported` from a store without a resolution table (the default).
+    async fn resolve_exception(
+        &self,
+        id: i64,
+        resolved_by: &str,
+        note: &str,
+    ) -> Result<Resolution> {
+        let _ = (id, resolved_by, note);
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "this store keeps no exception resolutions",
+        ))
+    }
 
     /// Pending events and the oldest pending age for `relay`.
     async fn lag(&self, relay: &str) -> Result<Lag>;

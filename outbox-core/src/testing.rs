@@ -228,6 +228,8 @@ impl Ledger for FakeLedger {
             reference: None,
             metadata: Metadata::new(),
             reverted: false,
+            timestamp: None,
+            inserted_at: None,
         }))
     }
     async fn save_account_metadata(

@@ -297,12 +297,20 @@ pub(crate) fn delivery_from_row(row: &PgRow) -> outbox_core::Result<DeliveryReco
 pub(crate) fn exception_from_row(row: &PgRow) -> outbox_core::Result<Exception> {
     let kind: String = row.get("kind");
     let account: String = row.get("account");
+    let kind = ExceptionKind::parse(&kind).ok_or_else(|| corrupt("exceptions.kind", &kind))?;
     Ok(Exception {
         id: row.get("id"),
         source: row.get("source"),
-        kind: ExceptionKind::parse(&kind).ok_or_else(|| corrupt("exceptions.kind", &kind))?,
+        kind,
         account: Account::parse(&account).map_err(|e| corrupt("exceptions.account", e))?,
         sequence: u64_column("exceptions.sequence", row.get("sequence"))?,
+        severity: kind.default_severity(),
+        event_id: None,
+        ledger_tx: None,
+        asset: None,
+        ledger_amount: None,
+        provider_amount: None,
+        resolution: None,
         detail: row.get("detail"),
         detected_at: row.get("detected_at"),
     })

@@ -111,13 +111,21 @@ pub(crate) fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<DeliveryRecor
 pub(crate) fn exception_from_row(row: &Row<'_>) -> rusqlite::Result<Exception> {
     let kind: String = row.get(2)?;
     let account: String = row.get(3)?;
+    let kind = ExceptionKind::parse(&kind)
+        .ok_or_else(|| internal("exceptions.kind")(Error::invalid("kind", kind.clone())))?;
     Ok(Exception {
         id: row.get(0)?,
         source: row.get(1)?,
-        kind: ExceptionKind::parse(&kind)
-            .ok_or_else(|| internal("exceptions.kind")(Error::invalid("kind", kind.clone())))?,
+        kind,
         account: Account::parse(&account).map_err(internal("exceptions.account"))?,
         sequence: row.get::<_, i64>(4)? as u64,
+        severity: kind.default_severity(),
+        event_id: None,
+        ledger_tx: None,
+        asset: None,
+        ledger_amount: None,
+        provider_amount: None,
+        resolution: None,
         detail: row.get(5)?,
         detected_at: time::from_micros(row.get(6)?),
     })

@@ -363,13 +363,13 @@ pub async fn deliveries_are_recorded_in_order<H: StoreHarness>(h: &H) {
 
 pub async fn exceptions_are_recorded_once<H: StoreHarness>(h: &H) {
     let store = h.store();
-    let exception = NewException {
-        source: "relay".into(),
-        kind: ExceptionKind::Rejected,
-        account: account("merchants:9"),
-        sequence: 4,
-        detail: "INSUFFICIENT_FUND".into(),
-    };
+    let exception = NewException::new(
+        "relay",
+        ExceptionKind::Rejected,
+        account("merchants:9"),
+        4,
+        "INSUFFICIENT_FUND",
+    );
     assert!(store.raise_exception(&exception).await.expect("raise"));
     assert!(
         !store

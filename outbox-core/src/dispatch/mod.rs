@@ -468,13 +468,8 @@ fn record(
 }
 
 fn exception(event: &OutboxEvent, kind: ExceptionKind, detail: String) -> NewException {
-    NewException {
-        source: "relay".to_owned(),
-        kind,
-        account: event.account.clone(),
-        sequence: event.sequence,
-        detail,
-    }
+    NewException::new("relay", kind, event.account.clone(), event.sequence, detail)
+        .with_event_id(event.event_id.to_string())
 }
 
 /// The ledger's error code when the adapter kept one, else a code for the error kind.

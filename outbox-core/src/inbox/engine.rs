@@ -329,12 +329,6 @@ impl InboxEngine {
         sequence: u64,
         detail: String,
     ) -> NewException {
-        NewException {
-            source: self.consumer.clone(),
-            kind,
-            account: account.clone(),
-            sequence,
-            detail,
-        }
+        NewException::new(&*self.consumer, kind, account.clone(), sequence, detail)
     }
 }
