@@ -15,13 +15,14 @@
 //! largest N, default 1,000,000).
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use outbox_core::EventId;
 use outbox_store_sqlite::{SqliteConfig, connect, enqueue};
 use outbox_testkit::bench_args::Args;
 use outbox_testkit::fixtures::payout;
 use outbox_testkit::null_ledger::null_ledger;
+use outbox_testkit::peak_rss::run_measured;
 
 /// An outbox with, optionally, the stopped account's event first, then `later`
 /// events round-robin over 1,000 accounts. Returns its URL and the stopped event's id.
@@ -46,62 +47,20 @@ fn outbox(dir: &Path, later: usize, stopped: bool) -> (String, Option<EventId>) 
     (format!("sqlite://{}", path.display()), first)
 }
 
-/// Peak resident set of process `pid` so far, in KiB.
-fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kib| kib.parse().ok())
-}
-
 /// Runs `outbox relay --once` to its end; returns its time, peak RSS (MiB) and the
 /// number of stopped accounts it reported.
 async fn relay_once(database: &str, ledger_url: &str) -> (Duration, f64, String) {
-    let started = Instant::now();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_outbox"))
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_outbox"));
+    command
         .args(["relay", "--database", database, "--ledger-url", ledger_url])
-        .args([
-            "--ledger-name",
-            "bench",
-            "--once",
-            "--poll-interval-ms",
-            "20",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let summary = tokio::spawn(async move {
-        let mut text = String::new();
-        tokio::io::AsyncReadExt::read_to_string(&mut stdout, &mut text)
-            .await
-            .ok();
-        text
-    });
-    let pid = child.id().unwrap();
-    let mut peak = 0;
-    loop {
-        if let Some(kib) = peak_rss_kib(pid) {
-            peak = peak.max(kib);
-        }
-        match tokio::time::timeout(Duration::from_millis(50), child.wait()).await {
-            Ok(status) => {
-                status.unwrap();
-                break;
-            }
-            Err(_) => continue,
-        }
-    }
-    let summary = summary.await.unwrap_or_default();
-    let stopped = summary
+        .args(["--ledger-name", "bench", "--once", "--poll-interval-ms", "20"]);
+    let run = run_measured(command).await;
+    let stopped = run
+        .stdout
         .rsplit_once("stopped accounts ")
         .map_or("?", |(_, n)| n.trim())
         .to_owned();
-    (started.elapsed(), peak as f64 / 1024.0, stopped)
+    (run.elapsed, run.peak_mib, stopped)
 }
 
 #[tokio::main]

@@ -54,6 +54,11 @@ pub enum Command {
     /// The five money controls of a deployment, in the order the money moves:
     /// PASS / FAIL / NOT CHECKED each; exits non-zero on any FAIL.
     Check(Box<crate::commands::check::CheckArgs>),
+    /// Reconciliation: `sequences` (a consumer's inbox), `ledger` (outbox <-> ledger
+    /// completeness), `balances` (the ledger against the provider's statement). Each
+    /// raises what it finds into the exception queue and exits non-zero if anything
+    /// was found.
+    Reconcile(Box<crate::commands::reconcile::ReconcileCli>),
     /// The duplicate-post test: your payout payloads, as enqueue stores them, through
     /// six idempotency steps against a ledger of the probe's own.
     #[cfg(feature = "sqlite")]

@@ -13,6 +13,7 @@ pub mod forwarder;
 pub mod harness;
 pub mod inbox_cases;
 pub mod null_ledger;
+pub mod peak_rss;
 pub mod raw_drain;
 pub mod store_cases;
 pub mod tansu;

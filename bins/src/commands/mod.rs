@@ -12,6 +12,7 @@ pub mod fanout_dead_letters;
 pub mod fanout_replay;
 #[cfg(feature = "sqlite")]
 pub mod probe;
+pub mod reconcile;
 mod relay;
 pub mod retention;
 mod signal;
@@ -34,6 +35,7 @@ pub async fn run(command: Command) -> outbox_core::Result<()> {
         Command::Audit(args) => audit::run(*args).await,
         Command::Retention(cli) => retention::run(cli).await,
         Command::Check(args) => check::run(*args).await,
+        Command::Reconcile(cli) => reconcile::run(*cli).await,
         #[cfg(feature = "sqlite")]
         Command::Probe(args) => probe::run(args).await,
         #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]

@@ -3,6 +3,7 @@
 
 mod audit_stores;
 mod destinations;
+mod reconcile;
 mod relay_lock;
 mod retention;
 mod treasury;
@@ -15,6 +16,7 @@ pub use destinations::start_intake;
 pub use destinations::{
     NamedSubscriber, destination_name, distinct_destinations, publisher, subscriber,
 };
+pub use reconcile::{ReconcileDatabase, formance_client, reconcile_database};
 pub use relay_lock::RelayNameLock;
 pub use treasury::{Treasury, fanout_store, treasury};
 
