@@ -226,7 +226,7 @@ impl<'a> Walk<'a> {
         }
     }
 
-    fn malformed(&mut self, position: u64, error: &str) -> Error {
+    fn malformed(&self, position: u64, error: &str) -> Error {
         let end = usize::try_from(position)
             .unwrap_or(usize::MAX)
             .min(self.xml.len());
@@ -342,25 +342,26 @@ impl<'a> Walk<'a> {
             });
         }
         if is_amount {
+            // Read for every balance but required only of the closing one, which is
+            // the only one compared (statement_line says so when it is missing).
             let ccy_path = format!("{path}@Ccy");
-            let currency = match e.try_get_attribute("Ccy") {
-                Ok(Some(attribute)) => attribute
-                    .normalized_value(XmlVersion::Implicit1_0)
-                    .map(|v| v.trim().to_owned())
-                    .map_err(|err| Error::invalid(&ccy_path, format!("unreadable: {err}")))?,
-                Ok(None) => {
-                    let error = Error::invalid(&ccy_path, "is missing: the amount has no currency");
-                    return Err(error.with("line", line));
-                }
-                Err(err) => {
-                    return Err(
-                        Error::invalid(&ccy_path, format!("unreadable: {err}")).with("line", line)
-                    );
-                }
+            let unreadable = |err: &dyn std::fmt::Display| {
+                Error::invalid(&ccy_path, format!("unreadable: {err}")).with("line", line)
             };
-            if let Some(balance) = self.balance.as_mut() {
+            let currency = match e.try_get_attribute("Ccy") {
+                Ok(Some(attribute)) => Some(
+                    attribute
+                        .normalized_value(XmlVersion::Implicit1_0)
+                        .map_err(|err| unreadable(&err))?
+                        .trim()
+                        .to_owned(),
+                ),
+                Ok(None) => None,
+                Err(err) => return Err(unreadable(&err)),
+            };
+            if let (Some(balance), Some(text)) = (self.balance.as_mut(), currency) {
                 balance.currency = Some(Value {
-                    text: currency,
+                    text,
                     path: ccy_path,
                     line,
                 });
