@@ -24,6 +24,7 @@ use crate::controller::{self, Plan, WriteContext};
 use crate::errors::{ApiError, ErrorCode};
 use crate::events;
 use crate::faults::FaultInjector;
+use crate::features;
 use crate::log::Log;
 use crate::persistence::{DeliveryOutcome, Journal, StoredDelivery};
 use crate::state::{LedgerInfo, LedgerState};
@@ -58,22 +59,6 @@ pub(crate) struct Engine {
     bulk_max_size: usize,
     /// Read for its idempotency misbehaviours; the HTTP layer applies the rest.
     faults: FaultInjector,
-}
-
-/// The features a default Formance v2 ledger reports (`pkg/features`).
-fn default_features() -> BTreeMap<String, String> {
-    [
-        ("ACCOUNT_METADATA_HISTORY", "SYNC"),
-        ("HASH_LOGS", "SYNC"),
-        ("INDEX_ADDRESS_SEGMENTS", "ON"),
-        ("INDEX_TRANSACTION_ACCOUNTS", "ON"),
-        ("MOVES_HISTORY", "ON"),
-        ("MOVES_HISTORY_POST_COMMIT_EFFECTIVE_VOLUMES", "SYNC"),
-        ("TRANSACTION_METADATA_HISTORY", "SYNC"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect()
 }
 
 /// `^[0-9a-zA-Z_-]{1,63}$` (`internal/ledger.go`).
@@ -163,16 +148,19 @@ impl Engine {
     // -- ledgers ------------------------------------------------------------
 
     /// `POST /v2/{ledger}`: 204, or 400 `LEDGER_ALREADY_EXISTS` / `VALIDATION`.
+    /// `features` are the requested ones, applied over the defaults.
     pub(crate) fn create_ledger(
         &self,
         name: &str,
         metadata: outbox_core::Metadata,
+        features: &BTreeMap<String, String>,
     ) -> Result<(), ApiError> {
         if !valid_ledger_name(name) {
             return Err(ApiError::validation(format!(
                 "invalid ledger name {name:?}: it must match ^[0-9a-zA-Z_-]{{1,63}}$"
             )));
         }
+        let features = features::with_requested(features)?;
         let mut inner = self.lock();
         if inner.ledgers.contains_key(name) {
             return Err(ApiError::new(
@@ -185,7 +173,7 @@ impl Engine {
             added_at: clock::now(),
             bucket: "_default".to_owned(),
             metadata,
-            features: default_features(),
+            features,
             id: inner.ledgers.len() as u64 + 1,
         };
         inner
@@ -201,7 +189,7 @@ impl Engine {
 
     /// Creates `name` unless it exists (the `create_ledgers` start option).
     pub(crate) fn ensure_ledger(&self, name: &str) -> Result<(), ApiError> {
-        match self.create_ledger(name, outbox_core::Metadata::new()) {
+        match self.create_ledger(name, outbox_core::Metadata::new(), &BTreeMap::new()) {
             Err(e) if e.code == ErrorCode::LedgerAlreadyExists => Ok(()),
             other => other,
         }

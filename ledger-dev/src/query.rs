@@ -1,6 +1,6 @@
 //! The filter language of list and aggregate endpoints (go-libs `query`), the
 //! subset we use: `$match`, `$exists`, `$and`, `$or`, `$not`, and on logs also
-//! `$lt`, `$lte`, `$gt`, `$gte` (on `id` and `date`).
+//! `$lt`, `$lte`, `$gt`, `$gte` (on `id` and `date`), on transactions on `id`.
 //!
 //! Address patterns (docs/LEDGER.md#balances-and-address-patterns): an empty segment matches any one segment with
 //! the segment count fixed (`merchants::available`), and a trailing `...` matches
@@ -10,12 +10,14 @@
 use serde_json::{Map, Value};
 
 use std::cmp::Ordering;
+use std::ops::RangeInclusive;
+
+use outbox_core::Metadata;
 
 use crate::clock;
 use crate::errors::ApiError;
 use crate::log::ChainedLog;
 use crate::model::Transaction;
-use crate::state::AccountState;
 
 /// What a filter is applied to; decides which fields exist.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +45,7 @@ enum Field {
     Date,
 }
 
-/// A comparison operator (`$lt`…), on logs only.
+/// A comparison operator (`$lt`…), on logs and transaction ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
     Lt,
@@ -103,21 +105,47 @@ impl Query {
         Ok(Self { filter })
     }
 
-    pub(crate) fn matches_account(&self, account: &AccountState) -> bool {
+    /// Whether an account with `address` and `metadata` matches: the metadata is
+    /// the current one, or the one at the point in time of the request.
+    pub(crate) fn matches_account(&self, address: &str, metadata: &Metadata) -> bool {
         eval(
             &self.filter,
             &|field, value| match field {
-                Field::Address => value
-                    .as_str()
-                    .is_some_and(|p| address_matches(p, &account.address)),
-                Field::Metadata(key) => {
-                    account.metadata.get(key).map(String::as_str) == value.as_str()
-                }
+                Field::Address => value.as_str().is_some_and(|p| address_matches(p, address)),
+                Field::Metadata(key) => metadata.get(key).map(String::as_str) == value.as_str(),
                 _ => false,
             },
-            &|key| account.metadata.contains_key(key),
+            &|key| metadata.contains_key(key),
             &|_, _, _| false,
         )
+    }
+
+    /// The ids a transaction filter can match at most, read from its `id`
+    /// comparisons at the top level (alone or in an `$and`), so a listing walks only
+    /// that range instead of every transaction; `None` when no id can match.
+    /// Anything else leaves the range open.
+    pub(crate) fn id_range(&self) -> Option<RangeInclusive<u64>> {
+        let (mut low, mut high) = (0u64, u64::MAX);
+        let items: &[Filter] = match &self.filter {
+            Filter::And(items) => items,
+            single => std::slice::from_ref(single),
+        };
+        for item in items {
+            let (op, value) = match item {
+                Filter::Compare(Field::Id, op, value) => (Some(*op), value),
+                Filter::Match(Field::Id, value) => (None, value),
+                _ => continue,
+            };
+            let Some(v) = value.as_u64() else { continue };
+            match op {
+                None => (low, high) = (low.max(v), high.min(v)),
+                Some(Op::Gt) => low = low.max(v.checked_add(1)?),
+                Some(Op::Gte) => low = low.max(v),
+                Some(Op::Lt) => high = high.min(v.checked_sub(1)?),
+                Some(Op::Lte) => high = high.min(v),
+            }
+        }
+        (low <= high).then_some(low..=high)
     }
 
     pub(crate) fn matches_transaction(&self, tx: &Transaction) -> bool {
@@ -145,7 +173,10 @@ impl Query {
                 Field::Address | Field::LogType | Field::Date => false,
             },
             &|key| tx.metadata.contains_key(key),
-            &|_, _, _| false,
+            &|field, op, value| match field {
+                Field::Id => value.as_u64().is_some_and(|v| op.holds(tx.id.cmp(&v))),
+                _ => false,
+            },
         )
     }
 
@@ -243,7 +274,7 @@ fn parse_filter(resource: Resource, value: &Value) -> Result<Filter, ApiError> {
             }
             Ok(Filter::Match(field, expected))
         }
-        operator if resource == Resource::Logs && Op::parse(operator).is_some() => {
+        operator if resource != Resource::Accounts && Op::parse(operator).is_some() => {
             let op = Op::parse(operator).expect("checked by the guard");
             let Value::Object(fields) = argument else {
                 return Err(invalid(format!(
@@ -252,12 +283,17 @@ fn parse_filter(resource: Resource, value: &Value) -> Result<Filter, ApiError> {
             };
             let (name, expected) = single(&fields, operator)?;
             let field = parse_field(resource, &name)?;
-            let type_ok = match field {
-                Field::Id => expected.is_u64(),
-                Field::Date => is_date(&expected),
-                _ => {
+            let type_ok = match (resource, &field) {
+                (_, Field::Id) => expected.is_u64(),
+                (Resource::Logs, Field::Date) => is_date(&expected),
+                (Resource::Logs, _) => {
                     return Err(invalid(format!(
                         "{operator} compares id or date, not {name}"
+                    )));
+                }
+                _ => {
+                    return Err(invalid(format!(
+                        "{operator} compares only id on transactions in the dev ledger, not {name}"
                     )));
                 }
             };
@@ -281,6 +317,9 @@ fn parse_filter(resource: Resource, value: &Value) -> Result<Filter, ApiError> {
         }
         other if resource == Resource::Logs => Err(invalid(format!(
             "operator {other} is not supported on logs by the dev ledger ($match, $lt, $lte, $gt, $gte, $and, $or, $not are)"
+        ))),
+        other if resource == Resource::Transactions => Err(invalid(format!(
+            "operator {other} is not supported on transactions by the dev ledger ($match, $exists, $and, $or, $not, and $lt, $lte, $gt, $gte on id are)"
         ))),
         other => Err(invalid(format!(
             "operator {other} is not supported by the dev ledger ($match, $exists, $and, $or, $not are)"

@@ -4,6 +4,7 @@
 //! SQLite) and render the Formance envelopes. The fault middleware wraps only the
 //! write routes.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Router;
@@ -22,11 +23,16 @@ use crate::controller::Plan;
 use crate::engine::Engine;
 use crate::errors::ApiError;
 use crate::faults::{self, FaultInjector, FaultLayer, FaultPlan};
+use crate::history::MoveDate;
+use crate::listing::{self, TransactionCursor, TransactionRequest};
 use crate::log::LogData;
 use crate::logs;
 use crate::model::Target;
+use crate::params;
 use crate::query::{Query as Filter, Resource};
-use crate::reads::{self, Cursor, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+use crate::reads::{
+    self, AccountCursor, AccountRequest, Cursor, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, decode_cursor,
+};
 
 /// Shared by every handler.
 #[derive(Debug, Clone)]
@@ -51,7 +57,9 @@ pub(crate) fn router(state: AppState, fault_layer: FaultLayer) -> Router {
         .route("/v2/{ledger}", get(get_ledger).post(create_ledger))
         .route(
             "/v2/{ledger}/transactions",
-            get(list_transactions).merge(faulty(post(create_transaction))),
+            get(list_transactions)
+                .head(count_transactions)
+                .merge(faulty(post(create_transaction))),
         )
         .route("/v2/{ledger}/transactions/{id}", get(get_transaction))
         .route(
@@ -65,6 +73,10 @@ pub(crate) fn router(state: AppState, fault_layer: FaultLayer) -> Router {
         .route(
             "/v2/{ledger}/transactions/{id}/metadata/{key}",
             faulty(axum::routing::delete(delete_transaction_metadata)),
+        )
+        .route(
+            "/v2/{ledger}/accounts",
+            get(list_accounts).head(count_accounts),
         )
         .route("/v2/{ledger}/accounts/{address}", get(get_account))
         .route(
@@ -118,16 +130,9 @@ fn with_hit(mut response: Response, plan: &Plan) -> Response {
     response
 }
 
-fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    params
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
-}
-
 /// go-libs `QueryParamBool`: only `1` or `true` (any case) are true.
 fn flag(params: &[(String, String)], name: &str) -> bool {
-    param(params, name).is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+    params::value(params, name).is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Option<String> {
@@ -140,7 +145,7 @@ fn idempotency_key(headers: &HeaderMap) -> Option<String> {
 
 /// The filter of a list endpoint: `?query=<json>`, else the (GET) body, else none.
 fn filter_document(params: &[(String, String)], body: &[u8]) -> Result<Value, ApiError> {
-    if let Some(text) = param(params, "query") {
+    if let Some(text) = params::value(params, "query") {
         return serde_json::from_str(text)
             .map_err(|e| ApiError::validation(format!("invalid 'query' param: {e}")));
     }
@@ -205,19 +210,24 @@ async fn create_ledger(
 ) -> Response {
     respond(
         run(&state, move |engine| {
-            let metadata = if body.iter().all(u8::is_ascii_whitespace) {
-                outbox_core::Metadata::new()
+            #[derive(Default, serde::Deserialize)]
+            struct CreateLedgerRequest {
+                #[serde(default)]
+                metadata: Option<outbox_core::Metadata>,
+                #[serde(default)]
+                features: Option<BTreeMap<String, String>>,
+            }
+            let req = if body.iter().all(u8::is_ascii_whitespace) {
+                CreateLedgerRequest::default()
             } else {
-                #[derive(serde::Deserialize)]
-                struct CreateLedgerRequest {
-                    #[serde(default)]
-                    metadata: Option<outbox_core::Metadata>,
-                }
-                let req: CreateLedgerRequest = serde_json::from_slice(&body)
-                    .map_err(|e| ApiError::validation(format!("invalid ledger request: {e}")))?;
-                req.metadata.unwrap_or_default()
+                serde_json::from_slice(&body)
+                    .map_err(|e| ApiError::validation(format!("invalid ledger request: {e}")))?
             };
-            engine.create_ledger(&ledger, metadata)
+            engine.create_ledger(
+                &ledger,
+                req.metadata.unwrap_or_default(),
+                &req.features.unwrap_or_default(),
+            )
         })
         .await
         .map(|()| StatusCode::NO_CONTENT.into_response()),
@@ -320,6 +330,11 @@ async fn get_transaction(
     )
 }
 
+/// What `GET /transactions` implements; anything else is refused, named.
+const LIST_TRANSACTIONS: [&str; 8] = [
+    "pageSize", "cursor", "query", "expand", "pit", "order", "reverse", "sort",
+];
+
 async fn list_transactions(
     State(state): State<AppState>,
     Path(ledger): Path<String>,
@@ -333,38 +348,93 @@ async fn list_transactions(
     respond(
         run(&state, move |engine| {
             engine.require_ledger(&ledger)?;
-            let (page_size, before, document) = page_request(&params, &body)?;
-            let query = Filter::parse(Resource::Transactions, &document)?;
-            engine.read(&ledger, |s| {
-                reads::transactions(s, &query, &document, page_size, before)
-            })
+            params::only(&params, "GET /v2/{ledger}/transactions", &LIST_TRANSACTIONS)?;
+            params::cursor_alone(&params)?;
+            let page_size = page_size(&params)?;
+            let request = match params::value(&params, "cursor") {
+                Some(text) => {
+                    let mut request =
+                        TransactionRequest::from(decode_cursor::<TransactionCursor>(text)?);
+                    request.page_size = page_size.unwrap_or(request.page_size);
+                    request
+                }
+                None => {
+                    // Every transaction already carries its volumes and effective
+                    // volumes; `expand` is checked for values the dev ledger knows.
+                    params::expand(&params)?;
+                    TransactionRequest {
+                        page_size: page_size.unwrap_or(DEFAULT_PAGE_SIZE),
+                        query: filter_document(&params, &body)?,
+                        pit: params::pit(&params)?,
+                        order: params::transaction_order(&params)?,
+                        after: None,
+                    }
+                }
+            };
+            let filter = Filter::parse(Resource::Transactions, &request.query)?;
+            engine.read(&ledger, |s| listing::transactions(s, &filter, &request))
         })
         .await
         .map(|page| json(StatusCode::OK, &CursorBody { cursor: page })),
     )
 }
 
-/// What a list request asks for: the page size, where to continue (ids below
+/// `HEAD /v2/{ledger}/transactions`: 204 with `Count`, the number of transactions
+/// `GET` would list with the same filter and `pit`.
+async fn count_transactions(
+    State(state): State<AppState>,
+    Path(ledger): Path<String>,
+    Query(params): Params,
+    body: Bytes,
+) -> Response {
+    respond(
+        run(&state, move |engine| {
+            engine.require_ledger(&ledger)?;
+            params::only(&params, "HEAD /v2/{ledger}/transactions", &["pit", "query"])?;
+            let pit = params::pit(&params)?;
+            let filter = Filter::parse(Resource::Transactions, &filter_document(&params, &body)?)?;
+            engine.read(&ledger, |s| listing::count(s, &filter, pit))
+        })
+        .await
+        .map(counted),
+    )
+}
+
+/// A count answer: 204, no body, the number in `Count`.
+fn counted(count: usize) -> Response {
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    response
+        .headers_mut()
+        .insert("Count", HeaderValue::from(count));
+    response
+}
+
+/// `pageSize`: default when absent or 0, capped at [`MAX_PAGE_SIZE`] (go-libs).
+fn page_size(params: &[(String, String)]) -> Result<Option<u64>, ApiError> {
+    let Some(text) = params::value(params, "pageSize") else {
+        return Ok(None);
+    };
+    let size = text
+        .parse::<u64>()
+        .map_err(|_| ApiError::validation("invalid 'pageSize' query param"))?;
+    Ok(Some(match size {
+        0 => DEFAULT_PAGE_SIZE,
+        n => n.min(MAX_PAGE_SIZE),
+    }))
+}
+
+/// What a log list request asks for: the page size, where to continue (ids below
 /// `before`) and the filter document. A `cursor` carries all three; otherwise they
 /// come from `pageSize` (default 15, capped at 100) and the filter (`?query=` or body).
 fn page_request(
     params: &[(String, String)],
     body: &[u8],
 ) -> Result<(u64, Option<u64>, Value), ApiError> {
-    if let Some(text) = param(params, "cursor") {
+    if let Some(text) = params::value(params, "cursor") {
         let cursor = Cursor::decode(text)?;
         return Ok((cursor.page_size, Some(cursor.before), cursor.query));
     }
-    let page_size = match param(params, "pageSize") {
-        None => DEFAULT_PAGE_SIZE,
-        Some(text) => text
-            .parse::<u64>()
-            .map_err(|_| ApiError::validation("invalid 'pageSize' query param"))?,
-    };
-    let page_size = match page_size {
-        0 => DEFAULT_PAGE_SIZE,
-        n => n.min(MAX_PAGE_SIZE),
-    };
+    let page_size = page_size(params)?.unwrap_or(DEFAULT_PAGE_SIZE);
     Ok((page_size, None, filter_document(params, body)?))
 }
 
@@ -383,7 +453,7 @@ async fn list_logs(
     respond(
         run(&state, move |engine| {
             engine.require_ledger(&ledger)?;
-            if let Some(sort) = param(&params, "sort")
+            if let Some(sort) = params::value(&params, "sort")
                 && sort != "id:desc"
                 && sort != "id"
             {
@@ -391,7 +461,7 @@ async fn list_logs(
                     "invalid 'sort' query param {sort:?}: the dev ledger lists logs by id, newest first (id:desc)"
                 )));
             }
-            if param(&params, "pit").is_some() {
+            if params::value(&params, "pit").is_some() {
                 return Err(ApiError::validation(
                     "the 'pit' query param is not supported on logs by the dev ledger",
                 ));
@@ -503,26 +573,94 @@ async fn get_account(
     Path((ledger, address)): Path<(String, String)>,
     Query(params): Params,
 ) -> Response {
-    // `expand` may repeat or list several values separated by commas.
-    let expanded = |what: &str| {
-        params
-            .iter()
-            .filter(|(k, _)| k == "expand")
-            .any(|(_, v)| v.split(',').any(|part| part.trim() == what))
-    };
-    let volumes = expanded("volumes");
-    let effective = expanded("effectiveVolumes");
     respond(
         run(&state, move |engine| {
             engine.require_ledger(&ledger)?;
+            params::only(
+                &params,
+                "GET /v2/{ledger}/accounts/{address}",
+                &["expand", "pit"],
+            )?;
+            let expand = params::expand(&params)?;
+            let pit = params::pit(&params)?;
             let address = commands::address(&address)?;
-            engine.read(&ledger, |s| reads::account(s, &address, volumes, effective))?
+            engine.read(&ledger, |s| reads::account(s, &address, expand, pit))?
         })
         .await
         .map(|account| json(StatusCode::OK, &Data { data: account })),
     )
 }
 
+/// What `GET /accounts` implements; anything else is refused, named.
+const LIST_ACCOUNTS: [&str; 6] = ["pageSize", "cursor", "query", "expand", "pit", "sort"];
+
+/// `GET /v2/{ledger}/accounts`: by address, ascending (as upstream lists them).
+async fn list_accounts(
+    State(state): State<AppState>,
+    Path(ledger): Path<String>,
+    Query(params): Params,
+    body: Bytes,
+) -> Response {
+    #[derive(Serialize)]
+    struct CursorBody<T> {
+        cursor: T,
+    }
+    respond(
+        run(&state, move |engine| {
+            engine.require_ledger(&ledger)?;
+            params::only(&params, "GET /v2/{ledger}/accounts", &LIST_ACCOUNTS)?;
+            params::cursor_alone(&params)?;
+            let page_size = page_size(&params)?;
+            let request = match params::value(&params, "cursor") {
+                Some(text) => {
+                    let cursor = decode_cursor::<AccountCursor>(text)?;
+                    AccountRequest {
+                        page_size: page_size.unwrap_or(cursor.page_size),
+                        query: cursor.query,
+                        pit: cursor.pit,
+                        expand: cursor.expand,
+                        descending: cursor.descending,
+                        after: Some(cursor.after),
+                    }
+                }
+                None => AccountRequest {
+                    page_size: page_size.unwrap_or(DEFAULT_PAGE_SIZE),
+                    query: filter_document(&params, &body)?,
+                    pit: params::pit(&params)?,
+                    expand: params::expand(&params)?,
+                    descending: params::account_order(&params)?,
+                    after: None,
+                },
+            };
+            let filter = Filter::parse(Resource::Accounts, &request.query)?;
+            engine.read(&ledger, |s| reads::accounts(s, &filter, &request))?
+        })
+        .await
+        .map(|page| json(StatusCode::OK, &CursorBody { cursor: page })),
+    )
+}
+
+/// `HEAD /v2/{ledger}/accounts`: 204 with `Count`.
+async fn count_accounts(
+    State(state): State<AppState>,
+    Path(ledger): Path<String>,
+    Query(params): Params,
+    body: Bytes,
+) -> Response {
+    respond(
+        run(&state, move |engine| {
+            engine.require_ledger(&ledger)?;
+            params::only(&params, "HEAD /v2/{ledger}/accounts", &["pit", "query"])?;
+            let pit = params::pit(&params)?;
+            let filter = Filter::parse(Resource::Accounts, &filter_document(&params, &body)?)?;
+            engine.read(&ledger, |s| reads::count_accounts(s, &filter, pit))
+        })
+        .await
+        .map(counted),
+    )
+}
+
+/// `GET /v2/{ledger}/aggregate/balances[?pit=…[&useInsertionDate=true]]`.
 async fn aggregate_balances(
     State(state): State<AppState>,
     Path(ledger): Path<String>,
@@ -532,8 +670,22 @@ async fn aggregate_balances(
     respond(
         run(&state, move |engine| {
             engine.require_ledger(&ledger)?;
-            let query = Filter::parse(Resource::Accounts, &filter_document(&params, &body)?)?;
-            engine.read(&ledger, |s| reads::aggregate_balances(s, &query))
+            params::only(
+                &params,
+                "GET /v2/{ledger}/aggregate/balances",
+                &["pit", "useInsertionDate", "use_insertion_date", "query"],
+            )?;
+            // Upstream takes either spelling.
+            let by_insertion = params::boolean(&params, "useInsertionDate")?
+                || params::boolean(&params, "use_insertion_date")?;
+            let date = if by_insertion {
+                MoveDate::Insertion
+            } else {
+                MoveDate::Effective
+            };
+            let at = params::pit(&params)?.map(|pit| (pit, date));
+            let filter = Filter::parse(Resource::Accounts, &filter_document(&params, &body)?)?;
+            engine.read(&ledger, |s| reads::aggregate_balances(s, &filter, at))?
         })
         .await
         .map(|sums| json(StatusCode::OK, &Data { data: sums })),

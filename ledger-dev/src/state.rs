@@ -31,12 +31,24 @@ pub(crate) struct LedgerInfo {
 }
 
 /// One movement of an asset on an account, kept to compute effective volumes
-/// (volumes ordered by transaction timestamp rather than by insertion).
+/// (volumes ordered by transaction timestamp rather than by insertion) and volumes
+/// at a point in time by either date (`history`).
 #[derive(Debug, Clone, Copy)]
-struct Move {
-    timestamp: DateTime<Utc>,
-    input: u64,
-    output: u64,
+pub(crate) struct Move {
+    /// The transaction's effective date.
+    pub(crate) timestamp: DateTime<Utc>,
+    /// When the ledger inserted the transaction.
+    pub(crate) inserted_at: DateTime<Utc>,
+    pub(crate) input: u64,
+    pub(crate) output: u64,
+}
+
+/// One change of metadata, dated, so metadata can be read as it was at a point in
+/// time (Formance keeps such revisions with `*_METADATA_HISTORY=SYNC`, the default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum MetadataChange {
+    Set(Metadata),
+    Delete(String),
 }
 
 #[derive(Debug, Clone)]
@@ -47,7 +59,9 @@ pub(crate) struct AccountState {
     pub(crate) insertion_date: DateTime<Utc>,
     pub(crate) updated_at: DateTime<Utc>,
     pub(crate) volumes: BTreeMap<String, Volumes>,
-    moves: BTreeMap<String, Vec<Move>>,
+    pub(crate) moves: BTreeMap<String, Vec<Move>>,
+    /// Every metadata change, oldest first, dated by its log.
+    pub(crate) metadata_history: Vec<(DateTime<Utc>, MetadataChange)>,
 }
 
 impl AccountState {
@@ -60,6 +74,7 @@ impl AccountState {
             updated_at: at,
             volumes: BTreeMap::new(),
             moves: BTreeMap::new(),
+            metadata_history: Vec::new(),
         }
     }
 }
@@ -74,6 +89,11 @@ pub(crate) struct LedgerState {
     pub(crate) last_log_id: u64,
     /// Every log entry, oldest first, with its hash (`GET /logs`).
     pub(crate) logs: Vec<ChainedLog>,
+    /// Metadata changes of the transactions whose metadata changed after they were
+    /// committed, oldest first; the first entry is the metadata they were committed
+    /// with, dated by their timestamp as Formance dates it. Transactions never
+    /// changed have no entry.
+    pub(crate) transaction_metadata_history: HashMap<u64, Vec<(DateTime<Utc>, MetadataChange)>>,
 }
 
 impl LedgerState {
@@ -86,6 +106,7 @@ impl LedgerState {
             idempotency: HashMap::new(),
             last_log_id: 0,
             logs: Vec::new(),
+            transaction_metadata_history: HashMap::new(),
         }
     }
 
@@ -192,6 +213,11 @@ impl LedgerState {
             LogData::SetMetadata { target, metadata } => match target {
                 Target::Account(address) => self.save_account_metadata(address, metadata, log.date),
                 Target::Transaction(id) => {
+                    self.record_transaction_metadata(
+                        *id,
+                        log.date,
+                        MetadataChange::Set(metadata.clone()),
+                    );
                     if let Some(tx) = self.transactions.get_mut(id) {
                         tx.metadata.extend(metadata.clone());
                         tx.updated_at = log.date;
@@ -203,9 +229,17 @@ impl LedgerState {
                     if let Some(account) = self.accounts.get_mut(address) {
                         account.metadata.remove(key);
                         account.updated_at = log.date;
+                        account
+                            .metadata_history
+                            .push((log.date, MetadataChange::Delete(key.clone())));
                     }
                 }
                 Target::Transaction(id) => {
+                    self.record_transaction_metadata(
+                        *id,
+                        log.date,
+                        MetadataChange::Delete(key.clone()),
+                    );
                     if let Some(tx) = self.transactions.get_mut(id) {
                         tx.metadata.remove(key);
                         tx.updated_at = log.date;
@@ -213,6 +247,18 @@ impl LedgerState {
                 }
             },
         }
+    }
+
+    /// Records a metadata change of transaction `id`, starting its history with the
+    /// metadata it was committed with on its first change.
+    fn record_transaction_metadata(&mut self, id: u64, at: DateTime<Utc>, change: MetadataChange) {
+        let Some(tx) = self.transactions.get(&id) else {
+            return;
+        };
+        self.transaction_metadata_history
+            .entry(id)
+            .or_insert_with(|| vec![(tx.timestamp, MetadataChange::Set(tx.metadata.clone()))])
+            .push((at, change));
     }
 
     fn insert_transaction(&mut self, tx: Transaction, at: DateTime<Utc>) {
@@ -231,6 +277,7 @@ impl LedgerState {
                 .or_default()
                 .push(Move {
                     timestamp: tx.timestamp,
+                    inserted_at: tx.inserted_at,
                     input: 0,
                     output: amount,
                 });
@@ -246,6 +293,7 @@ impl LedgerState {
                 .or_default()
                 .push(Move {
                     timestamp: tx.timestamp,
+                    inserted_at: tx.inserted_at,
                     input: amount,
                     output: 0,
                 });
@@ -280,6 +328,9 @@ impl LedgerState {
             .or_insert_with(|| AccountState::new(address, at, at));
         account.metadata.extend(metadata.clone());
         account.updated_at = at;
+        account
+            .metadata_history
+            .push((at, MetadataChange::Set(metadata.clone())));
     }
 }
 

@@ -2,10 +2,10 @@
 //! and the request plumbing (auth, idempotency header, context) every call shares.
 
 use async_trait::async_trait;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use outbox_core::{
-    Account, Asset, Balances, BulkItem, Error, ErrorKind, EventId, Ledger, LedgerCapabilities,
-    LedgerTransaction, Metadata, OUTBOX_EVENT_ID_KEY, PostOutcome, Result,
+    Account, BalanceDate, Balances, BulkItem, Error, ErrorKind, EventId, Ledger,
+    LedgerCapabilities, LedgerTransaction, Metadata, OUTBOX_EVENT_ID_KEY, PostOutcome, Result,
 };
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap};
 use reqwest::{Client, Method, StatusCode, Url};
@@ -534,28 +534,27 @@ impl Ledger for FormanceLedger {
     }
 
     async fn aggregate_balances(&self, address: &str) -> Result<Balances> {
-        // An empty address means every account (whose sums are 0 per asset, world included).
-        let filter =
-            (!address.is_empty()).then(|| json!({ "$match": { "address": address } }).to_string());
-        let request =
-            Request::get_filtered(self.url(&["aggregate", "balances"]), filter.as_deref());
-        let answer = self.execute(&request).await.map_err(|e| request.fail(e))?;
-        if !answer.status.is_success() {
-            return Err(request.fail(answer.refusal().into_error()));
-        }
-        let sums: Data<std::collections::BTreeMap<String, i128>> =
-            decode(&answer.body, "aggregate balances").map_err(|e| request.fail(e))?;
-        sums.data
-            .into_iter()
-            .map(|(asset, sum)| {
-                let asset = Asset::parse(&asset).map_err(|e| {
-                    request.fail(Error::new(
-                        ErrorKind::Ledger,
-                        format!("the ledger reported a bad asset: {}", e.message()),
-                    ))
-                })?;
-                Ok((asset, sum))
-            })
-            .collect()
+        self.balances(address, None).await
+    }
+
+    /// `GET /aggregate/balances?pit=…[&useInsertionDate=true]`; a ledger without
+    /// the moves history answers 400, a permanent error naming the option.
+    async fn aggregate_balances_at(
+        &self,
+        address: &str,
+        at: DateTime<Utc>,
+        date: BalanceDate,
+    ) -> Result<Balances> {
+        self.balances(address, Some((at, date))).await
+    }
+
+    /// `GET /transactions?sort=id:asc` above `after`, one request per page of at
+    /// most [`crate::MAX_TRANSACTION_PAGE`].
+    async fn transactions_after(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<LedgerTransaction>> {
+        self.list_after(after, limit).await
     }
 }

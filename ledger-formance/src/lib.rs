@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod auth;
+mod balances;
 mod bulk;
 mod client;
 mod config;
@@ -8,6 +9,7 @@ mod error;
 mod http_answer;
 mod ledger_events;
 mod ledger_log;
+mod listing;
 mod log_chain;
 mod logs;
 mod transaction_record;
@@ -23,6 +25,7 @@ pub use config::{
 };
 pub use ledger_events::{LedgerEvent, TraceContext, messages_from_log, messages_from_webhook};
 pub use ledger_log::FormanceLedgerLog;
+pub use listing::MAX_TRANSACTION_PAGE;
 pub use log_chain::{ChainFault, ChainReport, LogChain, recompute_hash};
 pub use logs::{LedgerLog, MAX_LOG_PAGE};
 pub use transaction_record::{REVERTS_METADATA_KEY, TransactionRecord};

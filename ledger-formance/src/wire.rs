@@ -24,6 +24,9 @@ pub(crate) struct Cursor<T> {
 #[derive(Debug, Deserialize)]
 pub(crate) struct Page<T> {
     pub data: Vec<T>,
+    /// Whether a following page exists; absent reads as none.
+    #[serde(default, rename = "hasMore")]
+    pub has_more: bool,
 }
 
 /// Only the id of a transaction: what a create or revert answer is read for.

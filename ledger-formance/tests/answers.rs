@@ -278,3 +278,96 @@ async fn an_empty_bulk_sends_nothing() {
     assert!(ledger.post_bulk(&[]).await.unwrap().is_empty());
     assert!(script.lock().unwrap().seen.is_empty());
 }
+
+fn page(txs: &[String], has_more: bool) -> String {
+    format!(
+        r#"{{"cursor":{{"pageSize":1000,"hasMore":{has_more},"data":[{}]}}}}"#,
+        txs.join(",")
+    )
+}
+
+/// The query pairs of a request target (`/v2/main/transactions?…`).
+fn query_of(target: &str) -> Vec<(String, String)> {
+    let url = reqwest::Url::parse(&format!("http://x{target}")).unwrap();
+    url.query_pairs().into_owned().collect()
+}
+
+#[tokio::test]
+async fn a_listing_asks_ascending_after_the_last_id_and_pages_past_the_spec_maximum() {
+    // 1,500 asked: a page of 1,000 (the spec's maximum) the server cut to 2, then
+    // the rest after the last id seen.
+    let (ledger, script) = scripted(vec![
+        (200, vec![], page(&[tx(8, "a"), tx(9, "b")], true)),
+        (200, vec![], page(&[tx(12, "c")], false)),
+    ])
+    .await;
+    let found = ledger.transactions_after(Some(7), 1_500).await.unwrap();
+    assert_eq!(found.iter().map(|t| t.id).collect::<Vec<_>>(), [8, 9, 12]);
+    assert!(found[0].timestamp.is_some());
+    let seen = &script.lock().unwrap().seen;
+    assert_eq!(seen.len(), 2, "hasMore false ends the walk");
+    for (i, (after, size)) in [(7, "1000"), (9, "1000")].into_iter().enumerate() {
+        let (method, target, body) = &seen[i];
+        assert_eq!(method, Method::GET);
+        assert!(target.starts_with("/v2/main/transactions?"), "{target}");
+        let query = query_of(target);
+        assert!(
+            query.contains(&("sort".into(), "id:asc".into())),
+            "{query:?}"
+        );
+        assert!(
+            query.contains(&("pageSize".into(), size.into())),
+            "{query:?}"
+        );
+        let filter: Value = serde_json::from_slice(body).unwrap();
+        assert_eq!(filter, serde_json::json!({"$gt": {"id": after}}));
+    }
+}
+
+#[tokio::test]
+async fn a_listing_out_of_order_or_past_the_filter_is_refused() {
+    let (ledger, _) = scripted(vec![
+        (200, vec![], page(&[tx(9, "a"), tx(8, "b")], false)),
+        (200, vec![], page(&[tx(3, "a")], false)),
+    ])
+    .await;
+    let err = ledger.transactions_after(None, 10).await.unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::Ledger);
+    assert!(!err.is_transient());
+    assert!(err.message().contains("ignores the order"), "{err}");
+    let err = ledger.transactions_after(Some(5), 10).await.unwrap_err();
+    assert!(err.message().contains("listed transaction 3"), "{err}");
+}
+
+#[tokio::test]
+async fn a_balance_beyond_128_bits_is_refused_naming_the_asset() {
+    let (ledger, script) = scripted(vec![(
+        200,
+        vec![],
+        r#"{"data":{"USD/2":1701411834604692317316873037158841057280}}"#.into(),
+    )])
+    .await;
+    let at = chrono::DateTime::parse_from_rfc3339("2026-10-07T00:00:00Z")
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    let err = ledger
+        .aggregate_balances_at(
+            "merchants:4471:...",
+            at,
+            outbox_core::BalanceDate::Insertion,
+        )
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("USD/2"), "{err}");
+    assert!(err.message().contains("128 bits"), "{err}");
+    let seen = &script.lock().unwrap().seen;
+    let query = query_of(&seen[0].1);
+    assert!(
+        query.contains(&("pit".into(), "2026-10-07T00:00:00Z".into())),
+        "{query:?}"
+    );
+    assert!(
+        query.contains(&("useInsertionDate".into(), "true".into())),
+        "{query:?}"
+    );
+}

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use outbox_core::{
-    Account, Amount, Asset, BulkItem, ErrorKind, EventId, Ledger, LedgerCommand, Metadata,
-    OUTBOX_EVENT_ID_KEY, Payload, PostBody, PostCommand, PostOutcome, Posting, Retry, Script,
+    Account, Amount, Asset, BalanceDate, Balances, BulkItem, ErrorKind, EventId, Ledger,
+    LedgerCommand, Metadata, OUTBOX_EVENT_ID_KEY, Payload, PostBody, PostCommand, PostOutcome,
+    Posting, Retry, Script,
 };
 use outbox_ledger_dev::{DevLedger, DevLedgerConfig, RunningDevLedger};
 use outbox_ledger_formance::{FormanceConfig, FormanceLedger};
@@ -768,4 +769,184 @@ async fn a_connection_refused_is_transient() {
         .unwrap_err();
     assert_eq!(err.kind(), &ErrorKind::Transport);
     assert!(err.is_transient(), "{err}");
+}
+
+/// Posts `body` (a plain transaction request, as anyone besides the relay might
+/// post it) and returns the new transaction id.
+async fn post_raw(ledger: &FormanceLedger, body: &serde_json::Value) -> u64 {
+    accepted(
+        ledger
+            .post(EventId::new(), body.to_string().as_bytes())
+            .await
+            .unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn transactions_after_lists_ascending_across_pages() {
+    let (_dev, ledger) = setup().await;
+    // More than the dev ledger's page cap (100), so the client pages internally.
+    let mut posted = Vec::new();
+    for i in 0..230u64 {
+        posted.push(fund(&ledger, &format!("merchants:{}:available", i % 7), i + 1).await);
+    }
+    // One without outbox metadata: listed all the same.
+    let plain = post_raw(
+        &ledger,
+        &serde_json::json!({"postings": [{"source": "world", "destination": "treasury", "amount": 5, "asset": USD}]}),
+    )
+    .await;
+    posted.push(plain);
+    let ids: Vec<u64> = (1..=231).collect();
+    assert_eq!(posted, ids, "the dev ledger numbers transactions from 1");
+
+    let all = ledger.transactions_after(None, 1_000).await.unwrap();
+    assert_eq!(all.iter().map(|tx| tx.id).collect::<Vec<_>>(), ids);
+    let first = &all[0];
+    assert_eq!(
+        first.postings,
+        [posting("world", "merchants:0:available", 1)]
+    );
+    assert!(first.metadata.contains_key(OUTBOX_EVENT_ID_KEY));
+    assert!(first.timestamp.is_some() && first.inserted_at.is_some());
+    assert!(!all[230].metadata.contains_key(OUTBOX_EVENT_ID_KEY));
+
+    let window = ledger.transactions_after(Some(100), 50).await.unwrap();
+    assert_eq!(
+        window.iter().map(|tx| tx.id).collect::<Vec<_>>(),
+        (101..=150).collect::<Vec<_>>()
+    );
+
+    // Paging as reconciliation does: after the last id of each page, until empty.
+    let mut walked = Vec::new();
+    let mut after = None;
+    let mut calls = 0;
+    loop {
+        calls += 1;
+        assert!(calls <= 10, "the walk must end");
+        let page = ledger.transactions_after(after, 70).await.unwrap();
+        let Some(last) = page.last() else { break };
+        assert!(page.len() <= 70);
+        after = Some(last.id);
+        walked.extend(page.iter().map(|tx| tx.id));
+    }
+    assert_eq!(walked, ids);
+    assert_eq!(calls, 5, "four pages of at most 70, then an empty one");
+
+    assert!(
+        ledger
+            .transactions_after(Some(231), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(ledger.transactions_after(None, 0).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn balances_at_a_point_in_time_by_both_dates_with_a_backdated_transaction() {
+    let (_dev, ledger) = setup().await;
+    let usd = Asset::parse(USD).unwrap();
+    let address = "merchants:4471:payouts:pending";
+    fund(&ledger, address, 48_500_000).await;
+    let first = ledger.transactions_after(None, 1).await.unwrap().remove(0);
+    let (first_date, mid) = (first.timestamp.unwrap(), first.inserted_at.unwrap());
+    // Insertion dates have microseconds: make sure the next one is later.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let day_before = first_date - chrono::TimeDelta::days(1);
+    let backdated = post_raw(
+        &ledger,
+        &serde_json::json!({
+            "postings": [{"source": "world", "destination": address, "amount": 25_000, "asset": USD}],
+            "timestamp": day_before.to_rfc3339(),
+        }),
+    )
+    .await;
+    let read = ledger.transactions_after(Some(first.id), 1).await.unwrap();
+    assert_eq!(read[0].id, backdated);
+    assert_eq!(read[0].timestamp, Some(day_before));
+    assert!(read[0].inserted_at.unwrap() > mid);
+
+    // Between the two insertions the two answers differ by exactly the backdated amount.
+    let effective = ledger
+        .aggregate_balances_at(address, mid, BalanceDate::Effective)
+        .await
+        .unwrap();
+    let inserted = ledger
+        .aggregate_balances_at(address, mid, BalanceDate::Insertion)
+        .await
+        .unwrap();
+    assert_eq!(effective[&usd], 48_525_000);
+    assert_eq!(inserted[&usd], 48_500_000);
+    assert_eq!(effective[&usd] - inserted[&usd], 25_000);
+    // The same pattern the current balances take.
+    let merchant = ledger
+        .aggregate_balances_at("merchants:4471:...", mid, BalanceDate::Insertion)
+        .await
+        .unwrap();
+    assert_eq!(merchant, inserted);
+
+    // Before the first: only the backdated move is dated by then, and nothing was
+    // inserted by then, which is an empty answer, not zero.
+    let before = first_date - chrono::TimeDelta::hours(12);
+    let effective = ledger
+        .aggregate_balances_at(address, before, BalanceDate::Effective)
+        .await
+        .unwrap();
+    assert_eq!(effective, Balances::from([(usd.clone(), 25_000)]));
+    let inserted = ledger
+        .aggregate_balances_at(address, before, BalanceDate::Insertion)
+        .await
+        .unwrap();
+    assert!(inserted.is_empty(), "{inserted:?}");
+    let nobody = ledger
+        .aggregate_balances_at("nobody:here", mid, BalanceDate::Effective)
+        .await
+        .unwrap();
+    assert!(nobody.is_empty());
+    // Now: both moves, by either date.
+    assert_eq!(
+        ledger.aggregate_balances(address).await.unwrap()[&usd],
+        48_525_000
+    );
+}
+
+#[tokio::test]
+async fn a_ledger_without_the_moves_history_refuses_pit_balances_permanently() {
+    let dev = dev_ledger(100).await;
+    let created = reqwest::Client::new()
+        .post(format!("{}/v2/nohistory", dev.url()))
+        .header("content-type", "application/json")
+        .body(r#"{"features": {"MOVES_HISTORY": "OFF"}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status().as_u16(), 204);
+    let mut config = FormanceConfig::new(dev.url(), "nohistory");
+    config.request_timeout_ms = 5_000;
+    let ledger = FormanceLedger::new(&config).unwrap();
+    fund(&ledger, "merchants:1:available", 10).await;
+    let now = chrono::Utc::now();
+
+    let err = ledger
+        .aggregate_balances_at("merchants:1:available", now, BalanceDate::Insertion)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::Ledger);
+    assert_eq!(err.retry(), Retry::Permanent);
+    assert_eq!(err.code(), Some("VALIDATION"));
+    for named in [
+        "useInsertionDate=true",
+        "MOVES_HISTORY=ON",
+        "missing feature",
+    ] {
+        assert!(err.message().contains(named), "{err}");
+    }
+    assert!(err.context("option").unwrap().contains("useInsertionDate"));
+    // By effective date this ledger still answers.
+    let effective = ledger
+        .aggregate_balances_at("merchants:1:available", now, BalanceDate::Effective)
+        .await
+        .unwrap();
+    assert_eq!(effective[&Asset::parse(USD).unwrap()], 10);
 }

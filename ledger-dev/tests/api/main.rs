@@ -5,9 +5,11 @@
 mod bulk;
 mod contract_checks;
 mod faults;
+mod listing;
 mod log_corruption;
 mod logs;
 mod persistence;
+mod pit;
 mod queries;
 mod revert_metadata;
 mod support;

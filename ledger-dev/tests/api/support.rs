@@ -307,6 +307,32 @@ impl Harness {
         .await
     }
 
+    /// A HEAD (the count endpoints), with an optional JSON filter in its body.
+    pub async fn head(&self, path: &str, filter: Option<&Value>) -> Answer {
+        let mut request = self.http.head(self.url(path));
+        if let Some(filter) = filter {
+            request = request
+                .header("content-type", "application/json")
+                .body(filter.to_string());
+        }
+        self.send(request).await
+    }
+
+    /// The `Count` header of a 204 count answer.
+    #[track_caller]
+    pub fn count(&self, answer: &Answer) -> u64 {
+        assert_eq!(answer.status, 204, "a count answers 204: {:#}", answer.body);
+        assert_eq!(answer.body, Value::Null, "a count has no body");
+        answer
+            .headers
+            .get("Count")
+            .expect("a count answer carries Count")
+            .to_str()
+            .unwrap()
+            .parse()
+            .expect("Count is an integer")
+    }
+
     /// Asserts `status` and that the body matches component schema `schema`.
     #[track_caller]
     pub fn ok(&self, answer: &Answer, status: u16, schema: &str) -> Value {
