@@ -11,7 +11,7 @@
 //!
 //! Each check reads through a small trait its store implements, pages through both
 //! sides (its memory does not grow with the outbox), never changes what it checks,
-//! and returns its findings as [`NewException`](crate::NewException)s for the
+//! and returns its findings as [`NewException`]s for the
 //! exception queue.
 
 pub mod balances;
