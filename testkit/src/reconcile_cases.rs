@@ -88,6 +88,10 @@ fn delivery(
     }
 }
 
+/// An event's delivery attempts, its terminal outcome and ledger transaction, and
+/// the transactions seen for it: what the completeness check reads of it.
+type CheckSummary = (u32, Option<(DeliveryOutcome, Option<u64>)>, Vec<u64>);
+
 fn seen(ledger_tx: u64, event_id: &str, reference: Option<&str>) -> SeenTransaction {
     SeenTransaction {
         ledger_tx,
@@ -591,7 +595,7 @@ pub async fn events_to_check_pages_in_commit_order_with_states_and_seen<H: Recon
             .expect("deliveries");
         assert_eq!(check.delivery, DeliveryState::from_records(&records));
     }
-    let summary: Vec<(u32, Option<(DeliveryOutcome, Option<u64>)>, Vec<u64>)> = checks
+    let summary: Vec<CheckSummary> = checks
         .iter()
         .map(|c| {
             (

@@ -190,8 +190,9 @@ impl CompletenessStore for SqliteStore {
             .await
     }
 
-    /// Two index lookups (`reconcile_seen_event`, `reconcile_seen_reference`) joined
-    /// by a UNION, so a transaction matching both comes back once.
+    /// Two index lookups joined by a UNION, so a transaction matching both comes back
+    /// once. The indexes are named: without statistics the planner prefers walking
+    /// the primary key in `ledger_tx` order (for the ORDER BY), every row of `name`.
     async fn seen_matching(
         &self,
         name: &str,
@@ -208,10 +209,10 @@ impl CompletenessStore for SqliteStore {
             .run(move |conn| {
                 let mut stmt = conn
                     .prepare_cached(
-                        "SELECT ledger_tx, event_id, reference FROM reconcile_seen
+                        "SELECT ledger_tx, event_id, reference FROM reconcile_seen INDEXED BY reconcile_seen_event
                          WHERE name = ?1 AND event_id IN (SELECT value FROM json_each(?2))
                          UNION
-                         SELECT ledger_tx, event_id, reference FROM reconcile_seen
+                         SELECT ledger_tx, event_id, reference FROM reconcile_seen INDEXED BY reconcile_seen_reference
                          WHERE name = ?1 AND reference IN (SELECT value FROM json_each(?3))
                          ORDER BY ledger_tx",
                     )
