@@ -16,6 +16,7 @@ mod inbox;
 mod notify;
 pub mod partitions;
 mod position;
+mod reconcile;
 mod relay_lock;
 mod retention;
 mod store;

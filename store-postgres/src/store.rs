@@ -241,15 +241,15 @@ impl PgStore {
     }
 }
 
-fn corrupt(column: &str, e: impl std::fmt::Display) -> Error {
+pub(crate) fn corrupt(column: &str, e: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Internal, format!("{column}: {e}"))
 }
 
-fn u64_column(column: &str, value: i64) -> outbox_core::Result<u64> {
+pub(crate) fn u64_column(column: &str, value: i64) -> outbox_core::Result<u64> {
     u64::try_from(value).map_err(|_| corrupt(column, format!("negative value {value}")))
 }
 
-fn i64_field(field: &str, value: u64) -> outbox_core::Result<i64> {
+pub(crate) fn i64_field(field: &str, value: u64) -> outbox_core::Result<i64> {
     i64::try_from(value)
         .map_err(|_| Error::invalid(field, format!("{value} does not fit a Postgres bigint")))
 }

@@ -12,7 +12,7 @@ use outbox_core::{
     OutboxEvent, Relay, Result, Store,
 };
 use outbox_store_postgres::{PgInbox, PgStore, enqueue, map_error};
-use outbox_testkit::{InboxHarness, StoreHarness, fixtures};
+use outbox_testkit::{InboxHarness, ReconcileHarness, StoreHarness, fixtures};
 use sqlx::{AssertSqlSafe, Postgres, Transaction};
 
 use common::{TestDb, backend_pid, open_store, txid_of, wait_past_horizon};
@@ -140,6 +140,24 @@ impl StoreHarness for Pg {
 
 mod store {
     outbox_testkit::store_suite!(super::Pg);
+}
+
+impl ReconcileHarness for Pg {
+    fn time_literal(&self, at: chrono::DateTime<chrono::Utc>) -> String {
+        format!(
+            "'{}'::timestamptz",
+            at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+        )
+    }
+
+    fn bytes_literal(&self, bytes: &[u8]) -> String {
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        format!("decode('{hex}', 'hex')")
+    }
+}
+
+mod reconcile {
+    outbox_testkit::reconcile_suite!(super::Pg);
 }
 
 /// The inbox suite's consumer: a fresh schema with the inbox tables and a treasury.

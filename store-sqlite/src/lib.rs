@@ -9,6 +9,7 @@ mod fanout;
 mod fanout_dead_letters;
 mod inbox;
 pub mod position;
+mod reconcile;
 mod relay_lock;
 mod retention;
 mod shared;

@@ -22,7 +22,7 @@ use crate::{time, wakeup};
 /// The outbox store on SQLite. Cheap to clone; clones share one connection.
 #[derive(Clone)]
 pub struct SqliteStore {
-    shared: SharedConnection,
+    pub(crate) shared: SharedConnection,
     wakeup: Wakeup,
 }
 
@@ -65,11 +65,11 @@ impl SqliteStore {
 }
 
 /// The row a read continues after; 0 sorts before every row (rowids start at 1).
-fn row_after(position: Option<Position>) -> outbox_core::Result<i64> {
+pub(crate) fn row_after(position: Option<Position>) -> outbox_core::Result<i64> {
     position.as_ref().map_or(Ok(0), position_row)
 }
 
-fn internal(what: &str) -> impl Fn(outbox_core::Error) -> rusqlite::Error + '_ {
+pub(crate) fn internal(what: &str) -> impl Fn(outbox_core::Error) -> rusqlite::Error + '_ {
     move |e| {
         rusqlite::Error::FromSqlConversionFailure(
             0,
@@ -155,6 +155,53 @@ pub(crate) fn insert_exception(
     Ok(inserted == 1)
 }
 
+/// Up to `limit` events after row `after`, in commit order: `read_committed`'s query,
+/// shared with the reconciliation reads so both walk the outbox alike.
+pub(crate) fn committed_after(
+    conn: &Connection,
+    after: i64,
+    limit: usize,
+) -> outbox_core::Result<Vec<OutboxEvent>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT position, event_id, account, sequence, payload, created_at
+             FROM outbox_events WHERE position > ?1 ORDER BY position LIMIT ?2",
+        )
+        .storage()?;
+    let rows = stmt
+        .query_map(
+            params![after, i64::try_from(limit).unwrap_or(i64::MAX)],
+            event_from_row,
+        )
+        .storage()?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().storage()
+}
+
+/// `ids` as one JSON array of their texts, for `IN (SELECT value FROM json_each(?))`:
+/// one statement for a whole batch. UUIDs need no escaping.
+pub(crate) fn event_ids_json(ids: &[EventId]) -> String {
+    let quoted: Vec<String> = ids.iter().map(|id| format!("\"{id}\"")).collect();
+    format!("[{}]", quoted.join(","))
+}
+
+/// The delivery states of the events in `ids_json` (see [`event_ids_json`]) that have
+/// records, in one query.
+pub(crate) fn delivery_states_of(
+    conn: &Connection,
+    ids_json: &str,
+) -> outbox_core::Result<HashMap<EventId, DeliveryState>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT event_id, attempt, outcome, ledger_tx_id, error_code, detail, at
+             FROM outbox_deliveries WHERE event_id IN (SELECT value FROM json_each(?1))
+             ORDER BY id",
+        )
+        .storage()?;
+    let rows = stmt.query_map([ids_json], delivery_from_row).storage()?;
+    let records = rows.collect::<rusqlite::Result<Vec<_>>>().storage()?;
+    Ok(outbox_core::store::fold_delivery_states(records))
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     fn capabilities(&self) -> StoreCapabilities {
@@ -168,18 +215,7 @@ impl Store for SqliteStore {
     ) -> outbox_core::Result<Vec<OutboxEvent>> {
         let after = row_after(after)?;
         self.shared
-            .run(move |conn| {
-                let mut stmt = conn
-                    .prepare_cached(
-                        "SELECT position, event_id, account, sequence, payload, created_at
-                     FROM outbox_events WHERE position > ?1 ORDER BY position LIMIT ?2",
-                    )
-                    .storage()?;
-                let rows = stmt
-                    .query_map(params![after, limit as i64], event_from_row)
-                    .storage()?;
-                rows.collect::<rusqlite::Result<Vec<_>>>().storage()
-            })
+            .run(move |conn| committed_after(conn, after, limit))
             .await
     }
 
@@ -270,24 +306,10 @@ impl Store for SqliteStore {
         if event_ids.is_empty() {
             return Ok(HashMap::new());
         }
-        // UUIDs need no escaping: a JSON array of them is their quoted texts.
-        let quoted: Vec<String> = event_ids.iter().map(|id| format!("\"{id}\"")).collect();
-        let ids = format!("[{}]", quoted.join(","));
-        let records = self
-            .shared
-            .run(move |conn| {
-                let mut stmt = conn
-                    .prepare_cached(
-                        "SELECT event_id, attempt, outcome, ledger_tx_id, error_code, detail, at
-                         FROM outbox_deliveries WHERE event_id IN (SELECT value FROM json_each(?1))
-                         ORDER BY id",
-                    )
-                    .storage()?;
-                let rows = stmt.query_map([ids], delivery_from_row).storage()?;
-                rows.collect::<rusqlite::Result<Vec<_>>>().storage()
-            })
-            .await?;
-        Ok(outbox_core::store::fold_delivery_states(records))
+        let ids = event_ids_json(event_ids);
+        self.shared
+            .run(move |conn| delivery_states_of(conn, &ids))
+            .await
     }
 
     async fn has_deliveries(&self) -> outbox_core::Result<bool> {

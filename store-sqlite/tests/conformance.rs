@@ -8,7 +8,7 @@ use outbox_core::{
     OutboxEvent, Relay, Result, Store,
 };
 use outbox_store_sqlite::{SqliteConfig, SqliteInbox, SqliteStore, connect, enqueue, map_error};
-use outbox_testkit::{InboxHarness, StoreHarness, fixtures};
+use outbox_testkit::{InboxHarness, ReconcileHarness, StoreHarness, fixtures};
 use rusqlite::Connection;
 use tempfile::TempDir;
 
@@ -101,6 +101,22 @@ impl StoreHarness for Sqlite {
 
 mod store {
     outbox_testkit::store_suite!(super::Sqlite);
+}
+
+impl ReconcileHarness for Sqlite {
+    /// Timestamps are unix microseconds, UTC.
+    fn time_literal(&self, at: chrono::DateTime<chrono::Utc>) -> String {
+        at.timestamp_micros().to_string()
+    }
+
+    fn bytes_literal(&self, bytes: &[u8]) -> String {
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        format!("X'{hex}'")
+    }
+}
+
+mod reconcile {
+    outbox_testkit::reconcile_suite!(super::Sqlite);
 }
 
 struct SqliteConsumer {

@@ -3,6 +3,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use outbox_core::reconcile::balances::PostedHistory;
+use outbox_core::reconcile::completeness::CompletenessStore;
+use outbox_core::reconcile::sequences::InboxSequences;
 use outbox_core::{
     Accepted, Exception, FanoutStore, GapAlarm, InboxEngine, InboxMessage, NewEvent, OutboxEvent,
     Relay, Result, Store,
@@ -38,6 +42,19 @@ pub trait StoreHarness: Clone + Send + Sync + Sized + 'static {
     async fn enqueue_committed(&self, events: Vec<NewEvent>) -> Result<Vec<OutboxEvent>>;
     /// Runs one SQL statement in its own transaction; returns the rows affected.
     async fn execute_raw(&self, sql: &str) -> Result<u64>;
+}
+
+/// A store harness whose store also answers the reconciliation checks' reads
+/// (`outbox_core::reconcile`), with the SQL literals the reconciliation suite's raw
+/// inserts need: the suite writes inbox rows and retention permits through
+/// [`StoreHarness::execute_raw`], as a consumer or a retention pass would have.
+pub trait ReconcileHarness:
+    StoreHarness<Store: InboxSequences + CompletenessStore + PostedHistory>
+{
+    /// `at` as a literal of the backend's timestamp columns.
+    fn time_literal(&self, at: DateTime<Utc>) -> String;
+    /// `bytes` as a literal of the backend's byte-string columns.
+    fn bytes_literal(&self, bytes: &[u8]) -> String;
 }
 
 /// A fresh consumer database with a treasury table.

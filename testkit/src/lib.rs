@@ -1,7 +1,7 @@
 //! Conformance suites every ledger-outbox adapter must pass.
 //!
 //! Each behaviour is one `pub async fn` taking a harness; the macros
-//! [`store_suite!`], [`inbox_suite!`] and [`fanout_store_suite!`] expand to one
+//! [`store_suite!`], [`reconcile_suite!`], [`inbox_suite!`] and [`fanout_store_suite!`] expand to one
 //! `#[tokio::test]` per case for a backend, so a failure names its case and its
 //! backend. Each test gets a fresh harness (a fresh database file or schema).
 
@@ -15,12 +15,13 @@ pub mod inbox_cases;
 pub mod null_ledger;
 pub mod peak_rss;
 pub mod raw_drain;
+pub mod reconcile_cases;
 pub mod store_cases;
 pub mod tansu;
 pub mod transport_cases;
 pub mod transport_harness;
 
-pub use harness::{FanoutStoreHarness, InboxHarness, StoreHarness, ThroughDyn};
+pub use harness::{FanoutStoreHarness, InboxHarness, ReconcileHarness, StoreHarness, ThroughDyn};
 pub use transport_harness::{Destination, InjectedFault, ProbeConsumer, TransportHarness};
 
 /// Expands to one test per store case for `$harness` (a type implementing
@@ -58,6 +59,33 @@ macro_rules! store_suite {
             async fn $case() {
                 let harness = <$harness as $crate::StoreHarness>::new().await;
                 $crate::store_cases::$case(&harness).await;
+            }
+        )+
+    };
+}
+
+/// Expands to one test per reconciliation store case for `$harness` (a type
+/// implementing [`ReconcileHarness`]).
+#[macro_export]
+macro_rules! reconcile_suite {
+    ($harness:ty) => {
+        $crate::reconcile_suite!(@cases $harness;
+            markers_page_in_key_order_across_consumers_with_a_repeated_sequence,
+            held_gaps_name_every_consumer_with_its_count_and_lowest_held,
+            markers_pruned_follows_the_inbox_retention_permits,
+            checkpoint_moves_forward_only_on_each_side,
+            seen_is_insert_once_and_matches_by_event_id_or_reference,
+            events_to_check_pages_in_commit_order_with_states_and_seen,
+            events_by_ids_leaves_unknown_ids_out,
+            last_posted_is_newest_first_within_before_and_limit,
+        );
+    };
+    (@cases $harness:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let harness = <$harness as $crate::StoreHarness>::new().await;
+                $crate::reconcile_cases::$case(&harness).await;
             }
         )+
     };
