@@ -70,14 +70,30 @@ async fn main() {
         let url = ledger.url();
         let database = outbox(dir.path(), n);
         let relay = outbox_command(&[
-            "relay", "--database", &database, "--ledger-url", &url, "--ledger-name", LEDGER,
-            "--once", "--poll-interval-ms", "20",
+            "relay",
+            "--database",
+            &database,
+            "--ledger-url",
+            &url,
+            "--ledger-name",
+            LEDGER,
+            "--once",
+            "--poll-interval-ms",
+            "20",
         ])
         .await;
         assert!(relay.success, "the relay failed: {}", relay.stdout);
         let reconcile = [
-            "reconcile", "ledger", "--database", &database, "--ledger-url", &url,
-            "--ledger-name", LEDGER, "--settle-secs", "0",
+            "reconcile",
+            "ledger",
+            "--database",
+            &database,
+            "--ledger-url",
+            &url,
+            "--ledger-name",
+            LEDGER,
+            "--settle-secs",
+            "0",
         ];
         let first = outbox_command(&reconcile).await;
         assert!(first.success, "the check found something: {}", first.stdout);

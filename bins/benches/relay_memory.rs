@@ -53,7 +53,13 @@ async fn relay_once(database: &str, ledger_url: &str) -> (Duration, f64, String)
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_outbox"));
     command
         .args(["relay", "--database", database, "--ledger-url", ledger_url])
-        .args(["--ledger-name", "bench", "--once", "--poll-interval-ms", "20"]);
+        .args([
+            "--ledger-name",
+            "bench",
+            "--once",
+            "--poll-interval-ms",
+            "20",
+        ]);
     let run = run_measured(command).await;
     let stopped = run
         .stdout

@@ -174,7 +174,10 @@ async fn balances(args: BalancesArgs) -> Result<()> {
     };
     let report = check.run(&statement, &client, db.as_ref()).await?;
     if !args.json {
-        println!("balances: {} statement line(s) compared", report.check.checked);
+        println!(
+            "balances: {} statement line(s) compared",
+            report.check.checked
+        );
         for c in &report.compared {
             let inserted = c
                 .ledger_by_insertion
@@ -190,15 +193,21 @@ async fn balances(args: BalancesArgs) -> Result<()> {
             );
         }
     }
-    finish("balances", db.as_ref(), &report.check, &report.unanswered, args.json).await
+    finish(
+        "balances",
+        db.as_ref(),
+        &report.check,
+        &report.unanswered,
+        args.json,
+    )
+    .await
 }
 
 /// A statement file, by its extension.
 fn read_statement(path: &std::path::Path, mapping: Option<&std::path::Path>) -> Result<Statement> {
     let read = |flag: &str, path: &std::path::Path| {
-        std::fs::read_to_string(path).map_err(|e| {
-            Error::invalid(flag, format!("cannot read {}: {e}", path.display()))
-        })
+        std::fs::read_to_string(path)
+            .map_err(|e| Error::invalid(flag, format!("cannot read {}: {e}", path.display())))
     };
     let text = read("--statement", path)?;
     let extension = path
@@ -209,7 +218,10 @@ fn read_statement(path: &std::path::Path, mapping: Option<&std::path::Path>) -> 
         Some("csv") => Statement::from_csv(&text),
         Some("xml") => {
             let mapping = mapping.ok_or_else(|| {
-                Error::invalid("--mapping", "a camt.053 statement needs --mapping IBAN,account")
+                Error::invalid(
+                    "--mapping",
+                    "a camt.053 statement needs --mapping IBAN,account",
+                )
             })?;
             let mapping = AccountMapping::from_csv(&read("--mapping", mapping)?)
                 .map_err(|e| e.with("file", mapping.display().to_string()))?;
@@ -217,7 +229,10 @@ fn read_statement(path: &std::path::Path, mapping: Option<&std::path::Path>) -> 
         }
         _ => Err(Error::invalid(
             "--statement",
-            format!("{}: expected a .csv or a camt.053 .xml file", path.display()),
+            format!(
+                "{}: expected a .csv or a camt.053 .xml file",
+                path.display()
+            ),
         )),
     };
     statement.map_err(|e| e.with("file", path.display().to_string()))
