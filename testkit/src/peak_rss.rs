@@ -27,7 +27,7 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
 }
 
 /// Spawns `command` (stdout captured, stderr discarded), samples its peak RSS every
-/// 50 ms until it exits, and returns the figures.
+/// 10 ms until it exits, and returns the figures.
 pub async fn run_measured(mut command: tokio::process::Command) -> Measured {
     let started = Instant::now();
     let mut child = command
@@ -50,7 +50,7 @@ pub async fn run_measured(mut command: tokio::process::Command) -> Measured {
         if let Some(kib) = peak_rss_kib(pid) {
             peak = peak.max(kib);
         }
-        if let Ok(status) = tokio::time::timeout(Duration::from_millis(50), child.wait()).await {
+        if let Ok(status) = tokio::time::timeout(Duration::from_millis(10), child.wait()).await {
             break status.expect("wait for the measured process");
         }
     };
