@@ -76,6 +76,7 @@ macro_rules! reconcile_suite {
             checkpoint_moves_forward_only_on_each_side,
             seen_is_insert_once_and_matches_by_event_id_or_reference,
             events_to_check_pages_in_commit_order_with_states_and_seen,
+            events_to_check_never_skips_a_late_commit,
             events_by_ids_leaves_unknown_ids_out,
             last_posted_is_newest_first_within_before_and_limit,
         );

@@ -646,6 +646,67 @@ pub async fn events_to_check_pages_in_commit_order_with_states_and_seen<H: Recon
     );
 }
 
+/// Every page `events_to_check` has to give after `after`, and where the last ended.
+async fn check_to_the_end<S: CompletenessStore>(
+    store: &S,
+    name: &str,
+    mut after: Option<Position>,
+) -> (Vec<EventCheck>, Option<Position>) {
+    let mut checks = Vec::new();
+    for _ in 0..100 {
+        let page = store
+            .events_to_check(name, after, 10)
+            .await
+            .expect("events to check");
+        let Some(last) = page.last() else { break };
+        after = Some(last.event.position);
+        checks.extend(page);
+    }
+    (checks, after)
+}
+
+/// The completeness check walks the outbox like the relay: an event that commits
+/// after one with a higher position is checked later, never skipped (pitfall P1).
+pub async fn events_to_check_never_skips_a_late_commit<H: ReconcileHarness>(h: &H) {
+    let store = h.store();
+    let name = "completeness";
+    let mut tx_a = h.begin().await;
+    let a = h
+        .enqueue(&mut tx_a, &payout("6", 1))
+        .await
+        .expect("enqueue A");
+    let writer = {
+        let shared = h.clone();
+        tokio::spawn(async move { shared.enqueue_committed(vec![payout("7", 2)]).await })
+    };
+    let mut checked = Vec::new();
+    let mut after = None;
+    // Where writers overlap, B commits while A is still open, with a higher position.
+    if store.capabilities().concurrent_writers {
+        let finished = tokio::time::timeout(Duration::from_secs(30), async {
+            while !writer.is_finished() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        assert!(finished.is_ok(), "B did not commit while A was open");
+        let (early, at) = check_to_the_end(&store, name, after).await;
+        assert!(
+            early.is_empty(),
+            "B was checked while A, before it in commit order, could still commit: {early:?}"
+        );
+        (checked, after) = (early, at);
+    }
+    h.commit(tx_a).await.expect("commit A");
+    let b = writer.await.expect("writer").expect("enqueue B");
+    checked.extend(check_to_the_end(&store, name, after).await.0);
+    let mut got: Vec<EventId> = checked.iter().map(|c| c.event.event_id).collect();
+    got.sort();
+    let mut expected = vec![a.event_id, b[0].event_id];
+    expected.sort();
+    assert_eq!(got, expected, "an event was skipped or repeated");
+}
+
 pub async fn events_by_ids_leaves_unknown_ids_out<H: ReconcileHarness>(h: &H) {
     let store = h.store();
     assert!(store.events_by_ids(&[]).await.expect("no ids").is_empty());
