@@ -41,6 +41,9 @@ pub enum Command {
     /// all terminal leave (outbox, fan-out log, inbox markers, exceptions); `set` and
     /// `show` record and print the policy, never shorter than the ledger's.
     Retention(crate::commands::retention::RetentionCli),
+    /// The exception queue: `list` what a person has to look at (account, sequence,
+    /// event, ledger transaction, asset, amounts), `resolve` one with a note.
+    Exceptions(crate::commands::exceptions::ExceptionsCli),
     /// Hop 2: receive the ledger's signed webhooks, store them durably, and publish
     /// them to every `--to` destination in per-account order.
     #[cfg(feature = "http")]

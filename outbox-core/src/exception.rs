@@ -10,6 +10,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::domain::Account;
+use crate::error::{Error, Result};
 
 /// Why an exception was raised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -261,6 +262,29 @@ pub struct Resolution {
     pub note: String,
     /// When the store recorded the resolution.
     pub resolved_at: DateTime<Utc>,
+}
+
+impl Resolution {
+    /// Checks what a resolution must carry before a store records it: who
+    /// (`resolved_by`) and why (`note`), neither empty nor blank.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming `note` or `resolved_by`.
+    pub fn validate(resolved_by: &str, note: &str) -> Result<()> {
+        if note.trim().is_empty() {
+            return Err(Error::invalid(
+                "note",
+                "a resolution needs a note: what was found and what was done",
+            ));
+        }
+        if resolved_by.trim().is_empty() {
+            return Err(Error::invalid(
+                "resolved_by",
+                "a resolution needs the name of who resolved it",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// A recorded exception, with its resolution when it has one.

@@ -258,6 +258,14 @@ pub enum KeptBecause {
         /// How many messages are held.
         count: u64,
     },
+    /// Exceptions of the day have no resolution yet: a day's exceptions leave only
+    /// once every one of them is resolved.
+    OpenExceptions {
+        /// How many are open.
+        count: u64,
+        /// The id of the oldest open one.
+        oldest_id: i64,
+    },
     /// An account an exception names still has something pending from before the day
     /// ended.
     AccountOpen {
@@ -356,6 +364,11 @@ impl fmt::Display for KeptBecause {
                 f,
                 "consumer {consumer} has {count} messages of account {account} held in its gap \
                  queue: the account's markers stay until the gap is filled"
+            ),
+            Self::OpenExceptions { count, oldest_id } => write!(
+                f,
+                "{count} exceptions of the day are open (the oldest is #{oldest_id}): the day's \
+                 exceptions stay until every one is resolved (`outbox exceptions resolve`)"
             ),
             Self::AccountOpen { account, held } => write!(
                 f,

@@ -18,9 +18,10 @@ use sqlx::{PgPool, Row};
 use crate::config::PgConfig;
 use crate::connection::connect;
 use crate::error::PgResultExt;
+use crate::exceptions::{exception_from_row, select_exceptions};
 use crate::fanout::{corrupt, message_from_row, u64_column};
 use crate::fanout_dead_letters::letter_from_row;
-use crate::store::{delivery_from_row, event_from_row, exception_from_row};
+use crate::store::{delivery_from_row, event_from_row};
 
 /// A consumer's processed marker for one instruction (`inbox_messages`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,8 +104,8 @@ impl PgAuditReader {
         rows.iter().map(delivery_from_row).collect()
     }
 
-    /// The exceptions that name `account` and `sequence`, or whose detail mentions
-    /// `text` (an event id), oldest first.
+    /// The exceptions that name `account` and `sequence`, or `text` (an event id) as
+    /// their event or in their detail, oldest first, each with its resolution.
     ///
     /// # Errors
     /// Storage errors.
@@ -114,10 +115,11 @@ impl PgAuditReader {
         sequence: u64,
         text: &str,
     ) -> outbox_core::Result<Vec<Exception>> {
-        let rows = sqlx::query(
-            "SELECT id, source, kind, account, sequence, detail, detected_at FROM exceptions
-             WHERE (account = $1 AND sequence = $2) OR strpos(detail, $3) > 0 ORDER BY id",
-        )
+        let rows = sqlx::query(select_exceptions!(
+            "WHERE (x.account = $1 AND x.sequence = $2) OR x.event_id = $3
+                OR strpos(x.detail, $3) > 0
+             ORDER BY x.id"
+        ))
         .bind(account.as_str())
         .bind(i64::try_from(sequence).unwrap_or(i64::MAX))
         .bind(text)

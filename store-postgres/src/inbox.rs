@@ -8,7 +8,7 @@ use outbox_core::{
 use sqlx::{PgConnection, Row};
 
 use crate::error::PgResultExt;
-use crate::store::insert_exception;
+use crate::exceptions::insert_exception;
 
 /// The inbox tables seen through the consumer's transaction.
 ///

@@ -7,6 +7,7 @@ mod connection;
 mod cursors;
 mod enqueue;
 mod error;
+mod exceptions;
 mod fanout;
 mod fanout_dead_letters;
 mod fleet;

@@ -49,7 +49,8 @@ pub struct RetentionOptions<'a> {
 ///   the group's newest record is past retention;
 /// - inbox markers: the consumer holds nothing of the day's accounts in its gap
 ///   queue (`inbox_accounts` high-water marks always stay);
-/// - exceptions: no account they name still has an outbox event without a terminal
+/// - exceptions (with their resolutions): every exception of the day is resolved,
+///   and no account they name still has an outbox event without a terminal
 ///   delivery, or a held message, from before the day ended.
 ///
 /// Every day except the outbox's is one transaction: a transaction-scoped advisory

@@ -9,11 +9,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 use outbox_core::{
     Account, DeliveryOutcome, DeliveryRecord, DeliveryState, Error, ErrorKind, EventId, Exception,
-    ExceptionKind, Lag, NewException, OutboxEvent, Payload, PollingRelay, Position, Store,
-    StoreCapabilities, Wakeup,
+    ExceptionQuery, Lag, NewException, OutboxEvent, Payload, PollingRelay, Position, Resolution,
+    Store, StoreCapabilities, Wakeup,
 };
 use sqlx::postgres::PgRow;
-use sqlx::{Executor, PgPool, Postgres, Row};
+use sqlx::{PgPool, Row};
 use tokio::sync::{OnceCell, watch};
 use uuid::Uuid;
 
@@ -21,6 +21,7 @@ use crate::config::PgConfig;
 use crate::connection::{connect, ensure_current_partitions, run_migrations};
 use crate::cursors::CursorTable;
 use crate::error::PgResultExt;
+use crate::exceptions::{self, insert_exception};
 use crate::fleet::Fence;
 use crate::horizon::{self, Horizon};
 use crate::notify;
@@ -294,53 +295,6 @@ pub(crate) fn delivery_from_row(row: &PgRow) -> outbox_core::Result<DeliveryReco
     })
 }
 
-pub(crate) fn exception_from_row(row: &PgRow) -> outbox_core::Result<Exception> {
-    let kind: String = row.get("kind");
-    let account: String = row.get("account");
-    let kind = ExceptionKind::parse(&kind).ok_or_else(|| corrupt("exceptions.kind", &kind))?;
-    Ok(Exception {
-        id: row.get("id"),
-        source: row.get("source"),
-        kind,
-        account: Account::parse(&account).map_err(|e| corrupt("exceptions.account", e))?,
-        sequence: u64_column("exceptions.sequence", row.get("sequence"))?,
-        severity: kind.default_severity(),
-        event_id: None,
-        ledger_tx: None,
-        asset: None,
-        ledger_amount: None,
-        provider_amount: None,
-        resolution: None,
-        detail: row.get("detail"),
-        detected_at: row.get("detected_at"),
-    })
-}
-
-/// Inserts an exception unless an equal one exists; shared with the inbox, which
-/// passes the consumer's transaction.
-pub(crate) async fn insert_exception<'e, E>(
-    executor: E,
-    exception: &NewException,
-) -> outbox_core::Result<bool>
-where
-    E: Executor<'e, Database = Postgres>,
-{
-    let inserted = sqlx::query(
-        "INSERT INTO exceptions (source, kind, account, sequence, detail)
-         VALUES ($1, $2, $3, $4, $5)
-         ON CONFLICT (source, kind, account, sequence) DO NOTHING",
-    )
-    .bind(&exception.source)
-    .bind(exception.kind.as_str())
-    .bind(exception.account.as_str())
-    .bind(i64_field("sequence", exception.sequence)?)
-    .bind(&exception.detail)
-    .execute(executor)
-    .await
-    .storage()?;
-    Ok(inserted.rows_affected() == 1)
-}
-
 #[async_trait]
 impl Store for PgStore {
     fn capabilities(&self) -> StoreCapabilities {
@@ -488,13 +442,23 @@ impl Store for PgStore {
     }
 
     async fn exceptions(&self) -> outbox_core::Result<Vec<Exception>> {
-        let rows = sqlx::query(
-            "SELECT id, source, kind, account, sequence, detail, detected_at FROM exceptions ORDER BY id",
-        )
-        .fetch_all(&self.inner.pool)
-        .await
-        .storage()?;
-        rows.iter().map(exception_from_row).collect()
+        exceptions::exceptions_matching(&self.inner.pool, &ExceptionQuery::default()).await
+    }
+
+    async fn exceptions_matching(
+        &self,
+        query: &ExceptionQuery,
+    ) -> outbox_core::Result<Vec<Exception>> {
+        exceptions::exceptions_matching(&self.inner.pool, query).await
+    }
+
+    async fn resolve_exception(
+        &self,
+        id: i64,
+        resolved_by: &str,
+        note: &str,
+    ) -> outbox_core::Result<Resolution> {
+        exceptions::resolve_exception(&self.inner.pool, id, resolved_by, note).await
     }
 
     /// Counts every committed row after the cursor, including those the horizon still

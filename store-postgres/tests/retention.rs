@@ -8,8 +8,8 @@ mod common;
 
 use chrono::{DateTime, Days, NaiveDate, Utc};
 use outbox_core::{
-    DeliveryOutcome, DeliveryRecord, ErrorKind, EventId, Keep, OutboxEvent, PeriodOutcome,
-    RetentionFamily, RetentionPolicy, RetentionReport, Store,
+    DeliveryOutcome, DeliveryRecord, ErrorKind, EventId, ExceptionKind, Keep, NewException,
+    OutboxEvent, PeriodOutcome, RetentionFamily, RetentionPolicy, RetentionReport, Store,
 };
 use outbox_store_postgres::{
     RetentionOptions, apply_retention, enqueue, load_retention_policy, map_error,
@@ -147,17 +147,45 @@ async fn marker(pool: &PgPool, consumer: &str, account: &str, sequence: i64, at:
     .unwrap();
 }
 
-async fn exception(pool: &PgPool, account: &str, sequence: i64, at: DateTime<Utc>) {
-    sqlx::query(
-        "INSERT INTO exceptions (source, kind, account, sequence, detail, detected_at)
-         VALUES ('relay', 'rejected', $1, $2, 'INSUFFICIENT_FUND', $3)",
+/// An open exception detected at `at`; returns its id.
+async fn exception(pool: &PgPool, account: &str, sequence: i64, at: DateTime<Utc>) -> i64 {
+    let identity = NewException::new(
+        "relay",
+        ExceptionKind::Rejected,
+        outbox_core::Account::parse(account).unwrap(),
+        sequence as u64,
+        "INSUFFICIENT_FUND",
+    )
+    .identity();
+    sqlx::query_scalar(
+        "INSERT INTO exceptions (source, kind, severity, account, sequence, detail, detected_at,
+             identity, recurrence)
+         VALUES ('relay', 'rejected', 'info', $1, $2, 'INSUFFICIENT_FUND', $3, $4, 0)
+         RETURNING id",
     )
     .bind(account)
     .bind(sequence)
     .bind(at)
+    .bind(identity)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+async fn resolve(pool: &PgPool, exception_id: i64) {
+    sqlx::query(
+        "INSERT INTO exception_resolutions (exception_id, resolved_by, note)
+         VALUES ($1, 'alice', 'refund sent')",
+    )
+    .bind(exception_id)
     .execute(pool)
     .await
     .unwrap();
+}
+
+async fn resolved_exception(pool: &PgPool, account: &str, sequence: i64, at: DateTime<Utc>) {
+    let id = exception(pool, account, sequence, at).await;
+    resolve(pool, id).await;
 }
 
 /// A UUID v7 minted at noon UTC of `day` plus `n` ms: it lands in that day's partition.
@@ -483,8 +511,8 @@ async fn exceptions_leave_unless_their_account_still_has_something_pending() {
     let Some(db) = open_store().await else { return };
     with_policy(&db).await;
     let pool = db.pool();
-    exception(pool, "merchants:1", 1, noon(40)).await;
-    exception(pool, "merchants:r2", 4, noon(39)).await;
+    resolved_exception(pool, "merchants:1", 1, noon(40)).await;
+    resolved_exception(pool, "merchants:r2", 4, noon(39)).await;
     // merchants:r2 still has an event without a terminal delivery from before then.
     db.store.ensure_partitions(day(41), 1).await.unwrap();
     let pending = enqueue_on(&db, "r2", day(41), 0).await;
@@ -492,10 +520,106 @@ async fn exceptions_leave_unless_their_account_still_has_something_pending() {
     let report = apply_retention(pool, &run()).await.unwrap();
     assert_eq!(
         dropped_rows(&report, RetentionFamily::Exceptions, day(40)),
-        1
+        2,
+        "the exception and its resolution"
     );
     let reason = kept_reason(&report, RetentionFamily::Exceptions, day(39));
     assert!(reason.contains("merchants:r2"), "{reason}");
+    assert_eq!(count(pool, "SELECT count(*) FROM exceptions").await, 1);
+    assert_eq!(
+        count(pool, "SELECT count(*) FROM exception_resolutions").await,
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_exception_keeps_its_day_until_it_is_resolved() {
+    let Some(db) = open_store().await else { return };
+    with_policy(&db).await;
+    let pool = db.pool();
+    resolved_exception(pool, "merchants:1", 1, noon(40)).await;
+    let open = exception(pool, "merchants:2", 4, noon(40)).await;
+    resolved_exception(pool, "merchants:3", 1, noon(39)).await;
+    let report = apply_retention(pool, &run()).await.unwrap();
+    let reason = kept_reason(&report, RetentionFamily::Exceptions, day(40));
+    assert!(
+        reason.contains("1 exceptions of the day are open") && reason.contains(&format!("#{open}")),
+        "{reason}"
+    );
+    assert_eq!(
+        dropped_rows(&report, RetentionFamily::Exceptions, day(39)),
+        2
+    );
+    assert_eq!(count(pool, "SELECT count(*) FROM exceptions").await, 2);
+
+    resolve(pool, open).await;
+    let report = apply_retention(pool, &run()).await.unwrap();
+    assert_eq!(
+        dropped_rows(&report, RetentionFamily::Exceptions, day(40)),
+        4,
+        "two exceptions and their resolutions"
+    );
+    assert_eq!(count(pool, "SELECT count(*) FROM exceptions").await, 0);
+    assert_eq!(
+        count(pool, "SELECT count(*) FROM exception_resolutions").await,
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_keeps_an_open_exception_and_a_resolution_whose_exception_stays() {
+    let Some(db) = open_store().await else { return };
+    with_policy(&db).await;
+    let pool = db.pool();
+    let open = exception(pool, "merchants:2", 4, noon(40)).await;
+    let done = exception(pool, "merchants:2", 5, noon(40)).await;
+    resolve(pool, done).await;
+    // A permit for the day, as the retention job writes it.
+    execute(
+        pool,
+        "INSERT INTO outbox_retention_permits (family, period_start, period_end, policy_id, rows, granted_by)
+         SELECT 'exceptions', d, d + interval '24 hours', 1, 2, 'mallory'
+         FROM (SELECT (date_trunc('day', now() AT TIME ZONE 'UTC') - interval '40 days') AT TIME ZONE 'UTC' AS d) day",
+    )
+    .await
+    .unwrap();
+    for sql in [
+        format!("DELETE FROM exceptions WHERE id = {open}"),
+        "DELETE FROM exception_resolutions".to_owned(),
+    ] {
+        let err = execute(pool, &sql).await.expect_err(&sql);
+        assert_eq!(err.kind(), &ErrorKind::Immutable, "{sql}: {err}");
+    }
+    // The resolved one may leave with its resolution, in that order, in one transaction.
+    let mut tx = pool.begin().await.unwrap();
+    for sql in [
+        format!("DELETE FROM exceptions WHERE id = {done}"),
+        "DELETE FROM exception_resolutions".to_owned(),
+    ] {
+        sqlx::query(AssertSqlSafe(sql))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    assert_eq!(count(pool, "SELECT count(*) FROM exceptions").await, 1);
+    assert_eq!(
+        count(pool, "SELECT count(*) FROM exception_resolutions").await,
+        0
+    );
+    // Without the resolution's removal the deferred foreign key refuses the commit.
+    resolve(pool, open).await;
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(AssertSqlSafe(format!(
+        "DELETE FROM exceptions WHERE id = {open}"
+    )))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    assert!(
+        tx.commit().await.is_err(),
+        "an orphaned resolution was committed"
+    );
     assert_eq!(count(pool, "SELECT count(*) FROM exceptions").await, 1);
 }
 
@@ -530,7 +654,7 @@ async fn a_delete_without_a_permit_is_refused_on_every_record_table() {
     let refusal = dead_letter(pool, "d", position, "merchants:1", "refused", noon(40)).await;
     replay_request(pool, "d", "merchants:1", refusal).await;
     marker(pool, "treasury", "merchants:1", 1, noon(40)).await;
-    exception(pool, "merchants:1", 1, noon(40)).await;
+    resolved_exception(pool, "merchants:1", 1, noon(40)).await;
     for table in [
         "fanout_messages",
         "fanout_deliveries",
@@ -538,12 +662,21 @@ async fn a_delete_without_a_permit_is_refused_on_every_record_table() {
         "fanout_replay_requests",
         "inbox_messages",
         "exceptions",
+        "exception_resolutions",
         "outbox_retention_policies",
     ] {
-        for sql in [format!("DELETE FROM {table}"), format!("TRUNCATE {table}")] {
+        // CASCADE: a plain TRUNCATE of `exceptions` is already refused by the foreign
+        // key of its resolutions, before any trigger runs.
+        for sql in [
+            format!("DELETE FROM {table}"),
+            format!("TRUNCATE {table} CASCADE"),
+        ] {
             let err = execute(pool, &sql).await.expect_err(&sql);
             assert_eq!(err.kind(), &ErrorKind::Immutable, "{sql}: {err}");
         }
+        execute(pool, &format!("TRUNCATE {table}"))
+            .await
+            .expect_err("TRUNCATE");
         assert_eq!(
             count(pool, &format!("SELECT count(*) FROM {table}")).await,
             1,
@@ -553,6 +686,7 @@ async fn a_delete_without_a_permit_is_refused_on_every_record_table() {
     for sql in [
         "UPDATE inbox_messages SET kind = 'rejected'",
         "UPDATE exceptions SET detail = 'nothing to see'",
+        "UPDATE exception_resolutions SET note = 'nothing to see'",
     ] {
         let err = execute(pool, sql).await.expect_err(sql);
         assert_eq!(err.kind(), &ErrorKind::Immutable, "{sql}: {err}");

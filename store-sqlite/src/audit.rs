@@ -20,9 +20,10 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::config::SqliteConfig;
 use crate::error::SqliteResultExt;
+use crate::exceptions::{exception_from_row, select_exceptions};
 use crate::fanout::{corrupt, message_from_row, unsigned};
 use crate::fanout_dead_letters::letter_from_row;
-use crate::store::{delivery_from_row, event_from_row, exception_from_row};
+use crate::store::{delivery_from_row, event_from_row};
 use crate::time;
 
 /// A consumer's processed marker for one instruction (`inbox_messages`).
@@ -151,8 +152,8 @@ impl SqliteAuditReader {
         .await
     }
 
-    /// The exceptions that name `account` and `sequence`, or whose detail mentions
-    /// `text` (an event id), oldest first.
+    /// The exceptions that name `account` and `sequence`, or `text` (an event id) as
+    /// their event or in their detail, oldest first, each with its resolution.
     ///
     /// # Errors
     /// Storage errors.
@@ -166,10 +167,11 @@ impl SqliteAuditReader {
         let sequence = i64::try_from(sequence).unwrap_or(i64::MAX);
         let text = text.to_owned();
         self.run(move |conn| {
-            let mut stmt = conn.prepare(
-                "SELECT id, source, kind, account, sequence, detail, detected_at FROM exceptions
-                 WHERE (account = ?1 AND sequence = ?2) OR instr(detail, ?3) > 0 ORDER BY id",
-            )?;
+            let mut stmt = conn.prepare(select_exceptions!(
+                "WHERE (x.account = ?1 AND x.sequence = ?2) OR x.event_id = ?3
+                    OR instr(x.detail, ?3) > 0
+                 ORDER BY x.id"
+            ))?;
             let rows = stmt.query_map(params![account, sequence, text], exception_from_row)?;
             rows.collect()
         })

@@ -10,6 +10,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0002_fanout.sql"),
     include_str!("../migrations/0003_fanout_dead_letters.sql"),
     include_str!("../migrations/0004_retention.sql"),
+    include_str!("../migrations/0005_exception_queue.sql"),
     include_str!("../migrations/0006_reconcile.sql"),
 ];
 

@@ -4,7 +4,7 @@ use outbox_core::{Account, HeldGap, HoldResult, Inbox, InboxMessage, MessageKind
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::SqliteResultExt;
-use crate::store::insert_exception;
+use crate::exceptions::insert_exception;
 use crate::time;
 
 /// The inbox tables seen through the consumer's transaction.

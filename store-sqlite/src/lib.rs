@@ -5,6 +5,7 @@ mod config;
 mod connection;
 mod enqueue;
 mod error;
+mod exceptions;
 mod fanout;
 mod fanout_dead_letters;
 mod inbox;

@@ -46,7 +46,8 @@ pub(crate) const DAY: i64 = 86_400_000_000;
 ///   last letter, and the group's newest record is past retention;
 /// - inbox markers: the consumer holds nothing of the day's accounts in its gap
 ///   queue (the per-account high-water marks always stay);
-/// - exceptions: no account they name still has an outbox event without a terminal
+/// - exceptions (with their resolutions): every exception of the day is resolved,
+///   and no account they name still has an outbox event without a terminal
 ///   delivery, or a held message, from before the day ended.
 ///
 /// Each day is one `IMMEDIATE` transaction: the permit (`outbox_retention_permits`,

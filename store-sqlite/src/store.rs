@@ -7,14 +7,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_core::{
     Account, DeliveryOutcome, DeliveryRecord, DeliveryState, Error, EventId, Exception,
-    ExceptionKind, Lag, NewException, OutboxEvent, Payload, PollingRelay, Position, Store,
-    StoreCapabilities, Wakeup,
+    ExceptionQuery, Lag, NewException, OutboxEvent, Payload, PollingRelay, Position, Resolution,
+    Store, StoreCapabilities, Wakeup,
 };
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::config::SqliteConfig;
 use crate::connection::connect;
 use crate::error::SqliteResultExt;
+use crate::exceptions::{self, insert_exception};
 use crate::position::{position_row, row_position};
 use crate::shared::SharedConnection;
 use crate::{time, wakeup};
@@ -106,53 +107,6 @@ pub(crate) fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<DeliveryRecor
         detail: row.get(5)?,
         at: time::from_micros(row.get(6)?),
     })
-}
-
-pub(crate) fn exception_from_row(row: &Row<'_>) -> rusqlite::Result<Exception> {
-    let kind: String = row.get(2)?;
-    let account: String = row.get(3)?;
-    let kind = ExceptionKind::parse(&kind)
-        .ok_or_else(|| internal("exceptions.kind")(Error::invalid("kind", kind.clone())))?;
-    Ok(Exception {
-        id: row.get(0)?,
-        source: row.get(1)?,
-        kind,
-        account: Account::parse(&account).map_err(internal("exceptions.account"))?,
-        sequence: row.get::<_, i64>(4)? as u64,
-        severity: kind.default_severity(),
-        event_id: None,
-        ledger_tx: None,
-        asset: None,
-        ledger_amount: None,
-        provider_amount: None,
-        resolution: None,
-        detail: row.get(5)?,
-        detected_at: time::from_micros(row.get(6)?),
-    })
-}
-
-/// Inserts an exception unless an equal one exists; shared with the inbox.
-pub(crate) fn insert_exception(
-    conn: &Connection,
-    exception: &NewException,
-) -> outbox_core::Result<bool> {
-    let inserted = conn
-        .prepare_cached(
-            "INSERT INTO exceptions (source, kind, account, sequence, detail, detected_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (source, kind, account, sequence) DO NOTHING",
-        )
-        .storage()?
-        .execute(params![
-            exception.source,
-            exception.kind.as_str(),
-            exception.account.as_str(),
-            exception.sequence as i64,
-            exception.detail,
-            time::now_micros()
-        ])
-        .storage()?;
-    Ok(inserted == 1)
 }
 
 /// Up to `limit` events after row `after`, in commit order: `read_committed`'s query,
@@ -333,16 +287,29 @@ impl Store for SqliteStore {
     }
 
     async fn exceptions(&self) -> outbox_core::Result<Vec<Exception>> {
-        self.shared.run(|conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT id, source, kind, account, sequence, detail, detected_at FROM exceptions ORDER BY id",
-                )
-                .storage()?;
-            let rows = stmt.query_map([], exception_from_row).storage()?;
-            rows.collect::<rusqlite::Result<Vec<_>>>().storage()
-        })
-        .await
+        self.exceptions_matching(&ExceptionQuery::default()).await
+    }
+
+    async fn exceptions_matching(
+        &self,
+        query: &ExceptionQuery,
+    ) -> outbox_core::Result<Vec<Exception>> {
+        let query = query.clone();
+        self.shared
+            .run(move |conn| exceptions::exceptions_matching(conn, &query))
+            .await
+    }
+
+    async fn resolve_exception(
+        &self,
+        id: i64,
+        resolved_by: &str,
+        note: &str,
+    ) -> outbox_core::Result<Resolution> {
+        let (resolved_by, note) = (resolved_by.to_owned(), note.to_owned());
+        self.shared
+            .run(move |conn| exceptions::resolve_exception(conn, id, &resolved_by, &note))
+            .await
     }
 
     async fn lag(&self, relay: &str) -> outbox_core::Result<Lag> {

@@ -154,5 +154,5 @@ async fn outbox_store_and_fanout_store_share_one_database() {
         .expect("connect")
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .expect("user_version");
-    assert_eq!(version, 5);
+    assert_eq!(version, 6);
 }

@@ -6,7 +6,8 @@
 
 use chrono::{Days, NaiveDate, Utc};
 use outbox_core::{
-    ErrorKind, Keep, PeriodOutcome, RetentionFamily, RetentionPolicy, RetentionReport,
+    ErrorKind, ExceptionKind, Keep, NewException, PeriodOutcome, RetentionFamily, RetentionPolicy,
+    RetentionReport,
 };
 use outbox_store_sqlite::{
     SqliteConfig, SqliteStore, apply_retention, connect, enqueue, load_retention_policy, migrate,
@@ -149,13 +150,39 @@ fn marker(conn: &Connection, consumer: &str, account: &str, sequence: i64, at: i
     .unwrap();
 }
 
-fn exception(conn: &Connection, account: &str, sequence: i64, at: i64) {
+/// An open exception detected at `at`; returns its id.
+fn exception(conn: &Connection, account: &str, sequence: i64, at: i64) -> i64 {
+    let identity = NewException::new(
+        "relay",
+        ExceptionKind::Rejected,
+        outbox_core::Account::parse(account).unwrap(),
+        sequence as u64,
+        "INSUFFICIENT_FUND",
+    )
+    .identity();
     conn.execute(
-        "INSERT INTO exceptions (source, kind, account, sequence, detail, detected_at)
-         VALUES ('relay', 'rejected', ?1, ?2, 'INSUFFICIENT_FUND', ?3)",
-        params![account, sequence, at],
+        "INSERT INTO exceptions (source, kind, severity, account, sequence, detail, detected_at,
+             identity, recurrence)
+         VALUES ('relay', 'rejected', 'info', ?1, ?2, 'INSUFFICIENT_FUND', ?3, ?4, 0)",
+        params![account, sequence, at, identity],
     )
     .unwrap();
+    conn.last_insert_rowid()
+}
+
+fn resolve(conn: &Connection, exception_id: i64, at: i64) {
+    conn.execute(
+        "INSERT INTO exception_resolutions (exception_id, resolved_by, note, resolved_at)
+         VALUES (?1, 'alice', 'refund sent', ?2)",
+        params![exception_id, at],
+    )
+    .unwrap();
+}
+
+/// A resolved exception detected at `at`, resolved the day after.
+fn resolved_exception(conn: &Connection, account: &str, sequence: i64, at: i64) {
+    let id = exception(conn, account, sequence, at);
+    resolve(conn, id, at + DAY);
 }
 
 /// The verdict on `family`'s `day`; panics naming the report when there is none.
@@ -517,8 +544,8 @@ fn a_held_message_keeps_its_accounts_markers() {
 fn exceptions_leave_unless_their_account_still_has_something_pending() {
     let mut db = db();
     with_policy(&db);
-    exception(&db.conn, "merchants:1", 1, noon(40));
-    exception(&db.conn, "merchants:2", 4, noon(39));
+    resolved_exception(&db.conn, "merchants:1", 1, noon(40));
+    resolved_exception(&db.conn, "merchants:2", 4, noon(39));
     // merchants:2 still has an event without a terminal delivery from before then.
     let pending = event(&db.conn, "merchants:2", 4, noon(41));
     deliver(&db.conn, &pending, 1, "failed");
@@ -526,10 +553,96 @@ fn exceptions_leave_unless_their_account_still_has_something_pending() {
     let report = apply_retention(&mut db.conn, "job").unwrap();
     assert_eq!(
         dropped_rows(&report, RetentionFamily::Exceptions, day(40)),
-        1
+        2,
+        "the exception and its resolution"
     );
     let reason = kept_reason(&report, RetentionFamily::Exceptions, day(39));
     assert!(reason.contains("merchants:2"), "{reason}");
+    assert_eq!(count(&db.conn, "SELECT count(*) FROM exceptions"), 1);
+    assert_eq!(
+        count(&db.conn, "SELECT count(*) FROM exception_resolutions"),
+        1
+    );
+}
+
+#[test]
+fn an_open_exception_keeps_its_day_until_it_is_resolved() {
+    let mut db = db();
+    with_policy(&db);
+    resolved_exception(&db.conn, "merchants:1", 1, noon(40));
+    let open = exception(&db.conn, "merchants:2", 4, noon(40) + 1);
+    resolved_exception(&db.conn, "merchants:3", 1, noon(39));
+    let report = apply_retention(&mut db.conn, "job").unwrap();
+    let reason = kept_reason(&report, RetentionFamily::Exceptions, day(40));
+    assert!(
+        reason.contains("1 exceptions of the day are open") && reason.contains(&format!("#{open}")),
+        "{reason}"
+    );
+    assert_eq!(
+        dropped_rows(&report, RetentionFamily::Exceptions, day(39)),
+        2
+    );
+    assert_eq!(count(&db.conn, "SELECT count(*) FROM exceptions"), 2);
+
+    resolve(&db.conn, open, noon(1));
+    let report = apply_retention(&mut db.conn, "job").unwrap();
+    assert_eq!(
+        dropped_rows(&report, RetentionFamily::Exceptions, day(40)),
+        4,
+        "two exceptions and their resolutions"
+    );
+    assert_eq!(count(&db.conn, "SELECT count(*) FROM exceptions"), 0);
+    assert_eq!(
+        count(&db.conn, "SELECT count(*) FROM exception_resolutions"),
+        0
+    );
+}
+
+#[test]
+fn the_database_keeps_an_open_exception_and_a_resolution_whose_exception_stays() {
+    let mut db = db();
+    with_policy(&db);
+    let open = exception(&db.conn, "merchants:2", 4, noon(40));
+    let done = exception(&db.conn, "merchants:2", 5, noon(40));
+    resolve(&db.conn, done, noon(39));
+    // A permit for the day, as the retention job writes it.
+    db.conn
+        .execute(
+            "INSERT INTO outbox_retention_permits (family, period_start, period_end, policy_id,
+                 rows, granted_by, granted_at)
+             VALUES ('exceptions', ?1, ?2, 1, 2, 'mallory', 0)",
+            params![noon(40) - DAY / 2, noon(40) + DAY / 2],
+        )
+        .unwrap();
+    let refused = |conn: &Connection, sql: &str| {
+        let err = conn
+            .execute(sql, [])
+            .map_err(outbox_store_sqlite::map_error)
+            .expect_err(sql);
+        assert_eq!(err.kind(), &ErrorKind::Immutable, "{sql}: {err}");
+    };
+    refused(
+        &db.conn,
+        &format!("DELETE FROM exceptions WHERE id = {open}"),
+    );
+    refused(&db.conn, "DELETE FROM exception_resolutions");
+    // The resolved one may leave with its resolution, in that order, in one transaction.
+    let tx = db.conn.transaction().unwrap();
+    tx.execute(&format!("DELETE FROM exceptions WHERE id = {done}"), [])
+        .unwrap();
+    tx.execute("DELETE FROM exception_resolutions", []).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(count(&db.conn, "SELECT count(*) FROM exceptions"), 1);
+    assert_eq!(
+        count(&db.conn, "SELECT count(*) FROM exception_resolutions"),
+        0
+    );
+    // Without the resolution's removal the deferred foreign key refuses the commit.
+    resolve(&db.conn, open, noon(1));
+    let tx = db.conn.transaction().unwrap();
+    tx.execute(&format!("DELETE FROM exceptions WHERE id = {open}"), [])
+        .unwrap();
+    assert!(tx.commit().is_err(), "an orphaned resolution was committed");
     assert_eq!(count(&db.conn, "SELECT count(*) FROM exceptions"), 1);
 }
 
@@ -568,7 +681,7 @@ fn a_delete_without_a_permit_is_refused_on_every_record_table() {
     )
     .unwrap();
     marker(conn, "treasury", "merchants:1", 1, noon(40));
-    exception(conn, "merchants:1", 1, noon(40));
+    resolved_exception(conn, "merchants:1", 1, noon(40));
     let tables = [
         "outbox_events",
         "outbox_deliveries",
@@ -578,6 +691,7 @@ fn a_delete_without_a_permit_is_refused_on_every_record_table() {
         "fanout_replay_requests",
         "inbox_messages",
         "exceptions",
+        "exception_resolutions",
         "outbox_retention_policies",
     ];
     for table in tables {
@@ -596,6 +710,7 @@ fn a_delete_without_a_permit_is_refused_on_every_record_table() {
     for sql in [
         "UPDATE inbox_messages SET kind = 'rejected'",
         "UPDATE exceptions SET detail = 'nothing to see'",
+        "UPDATE exception_resolutions SET note = 'nothing to see'",
     ] {
         let err = conn
             .execute(sql, [])

@@ -7,6 +7,7 @@
 
 pub mod accepting_ledger;
 pub mod bench_args;
+pub mod exception_cases;
 pub mod fanout_cases;
 pub mod fixtures;
 pub mod forwarder;
@@ -41,6 +42,14 @@ macro_rules! store_suite {
             invalid_event_names_field_and_keeps_transaction_usable,
             deliveries_are_recorded_in_order,
             exceptions_are_recorded_once,
+            every_exception_field_round_trips,
+            an_open_duplicate_is_not_recorded_twice,
+            concurrent_raisers_of_one_finding_record_it_once,
+            a_finding_back_after_its_resolution_is_recorded_again,
+            a_resolution_is_recorded_once_and_never_replaced,
+            resolving_an_unknown_exception_or_without_a_note_is_refused,
+            exceptions_and_resolutions_refuse_update_and_delete,
+            exceptions_filter_by_open_and_kind,
             lag_reports_pending_and_age,
             relay_wakes_up_on_enqueue,
             works_through_dyn_store,

@@ -18,6 +18,8 @@ use crate::accepting_ledger::AcceptingLedger;
 use crate::fixtures::{account, payout};
 use crate::harness::StoreHarness;
 
+pub use crate::exception_cases::*;
+
 /// Reads everything the relay has to give right now.
 async fn drain(relay: &mut dyn Relay) -> Vec<OutboxEvent> {
     let mut all = Vec::new();

@@ -415,12 +415,19 @@ fn entries(database: &'static str, exceptions: Vec<Exception>) -> Vec<ExceptionE
         .into_iter()
         .map(|e| ExceptionEntry {
             database,
+            id: e.id,
             source: e.source,
             kind: e.kind.as_str(),
+            severity: e.severity.as_str(),
             account: e.account.to_string(),
             sequence: e.sequence,
             detail: e.detail,
             detected_at: e.detected_at,
+            resolution: e.resolution.map(|r| ResolutionEntry {
+                resolved_by: r.resolved_by,
+                note: r.note,
+                resolved_at: r.resolved_at,
+            }),
         })
         .collect()
 }

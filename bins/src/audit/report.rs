@@ -236,10 +236,22 @@ pub struct HeldEntry {
 pub struct ExceptionEntry {
     /// Which database holds it: `outbox` or `consumer`.
     pub database: &'static str,
+    /// Its id there (`outbox exceptions resolve ID`).
+    pub id: i64,
     pub source: String,
     pub kind: &'static str,
+    pub severity: &'static str,
     pub account: String,
     pub sequence: u64,
     pub detail: String,
     pub detected_at: DateTime<Utc>,
+    /// Who resolved it, when and why; `None` while it is open.
+    pub resolution: Option<ResolutionEntry>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ResolutionEntry {
+    pub resolved_by: String,
+    pub note: String,
+    pub resolved_at: DateTime<Utc>,
 }

@@ -334,16 +334,27 @@ fn exceptions(w: &mut String, report: &Report) {
         let _ = writeln!(w, "  none");
     }
     for e in &report.exceptions {
+        let status = match &e.resolution {
+            None => "open".to_owned(),
+            Some(r) => format!(
+                "resolved by {} at {}: {}",
+                r.resolved_by,
+                at(&r.resolved_at),
+                r.note
+            ),
+        };
         let _ = writeln!(
             w,
-            "  {} {} ({} database, raised by {}), {} #{}: {}",
+            "  {} {} ({} database, raised by {}), {} #{}: {}\n    #{} {}, {status}",
             at(&e.detected_at),
             e.kind,
             e.database,
             e.source,
             e.account,
             e.sequence,
-            e.detail
+            e.detail,
+            e.id,
+            e.severity
         );
     }
 }

@@ -6,6 +6,7 @@ mod catch_up;
 pub mod check;
 mod consume;
 mod enqueue;
+pub mod exceptions;
 #[cfg(feature = "http")]
 mod fanout;
 pub mod fanout_dead_letters;
@@ -34,6 +35,7 @@ pub async fn run(command: Command) -> outbox_core::Result<()> {
         Command::Consume(args) => consume::run(args).await,
         Command::Audit(args) => audit::run(*args).await,
         Command::Retention(cli) => retention::run(cli).await,
+        Command::Exceptions(cli) => exceptions::run(cli).await,
         Command::Check(args) => check::run(*args).await,
         Command::Reconcile(cli) => reconcile::run(*cli).await,
         #[cfg(feature = "sqlite")]

@@ -150,6 +150,31 @@ impl Database {
         }
     }
 
+    /// The store of a database that already exists (an outbox, or a consumer's inbox
+    /// with its exceptions), migrated to this version. A SQLite path with no file is
+    /// an error naming it, never a new empty database.
+    pub async fn existing_store(&self) -> Result<Arc<dyn Store>> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(config) => {
+                if !config.path.is_file() {
+                    return Err(Error::new(
+                        ErrorKind::NotFound,
+                        format!("no SQLite database at {}", config.path.display()),
+                    )
+                    .with("field", "database"));
+                }
+                let store = outbox_store_sqlite::SqliteStore::open(config.clone()).await?;
+                Ok(Arc::new(store))
+            }
+            #[cfg(feature = "postgres")]
+            Self::Postgres(config) => {
+                let store = outbox_store_postgres::PgStore::open(config.clone()).await?;
+                Ok(Arc::new(store))
+            }
+        }
+    }
+
     /// The store and its default polling relay named `relay`.
     pub async fn store_and_relay(&self, relay: &str) -> Result<(Arc<dyn Store>, Box<dyn Relay>)> {
         match self {

@@ -1,5 +1,7 @@
 //! The consumer-side families: the inbox's processed markers (`inbox_messages`, by
-//! the UTC day applied) and the exception queue (`exceptions`, by the day detected).
+//! the UTC day applied) and the exception queue (`exceptions` with their
+//! `exception_resolutions`, by the day detected, once every one of the day is
+//! resolved).
 //! The per-account high-water marks (`inbox_accounts`) and the gap queue
 //! (`inbox_held`) never leave by retention: without the marks a redelivered old
 //! message could be applied again.
@@ -83,6 +85,26 @@ pub(super) async fn run_exceptions(pool: &PgPool, pass: &mut Pass<'_>) -> outbox
     for start in days {
         let end = day_end(start);
         let mut tx = Pass::begin(pool).await?;
+        // Every exception of the day must be resolved: an open one keeps its day (and
+        // the database refuses to delete it whatever the permit says).
+        let (open, oldest): (i64, Option<i64>) = sqlx::query_as(
+            "SELECT count(*), min(x.id) FROM exceptions x
+             WHERE x.detected_at >= $1 AND x.detected_at < $2
+               AND NOT EXISTS (SELECT 1 FROM exception_resolutions r WHERE r.exception_id = x.id)",
+        )
+        .bind(start)
+        .bind(end)
+        .fetch_one(&mut *tx)
+        .await
+        .storage()?;
+        if let Some(oldest_id) = oldest {
+            let reason = KeptBecause::OpenExceptions {
+                count: open.max(0) as u64,
+                oldest_id,
+            };
+            pass.kept(family, start, None, reason);
+            continue;
+        }
         // What an exception points at must be resolved before the exception goes: an
         // event of its account minted before the day ended and still without a
         // terminal delivery, or a message of its account held since before then.
@@ -112,8 +134,11 @@ pub(super) async fn run_exceptions(pool: &PgPool, pass: &mut Pass<'_>) -> outbox
             );
             continue;
         }
+        // The exceptions and their resolutions, counted together on the permit.
         let rows: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM exceptions WHERE detected_at >= $1 AND detected_at < $2",
+            "SELECT count(*) + count(r.id) FROM exceptions x
+             LEFT JOIN exception_resolutions r ON r.exception_id = x.id
+             WHERE x.detected_at >= $1 AND x.detected_at < $2",
         )
         .bind(start)
         .bind(end)
@@ -124,9 +149,18 @@ pub(super) async fn run_exceptions(pool: &PgPool, pass: &mut Pass<'_>) -> outbox
             continue;
         }
         pass.grant(&mut tx, family, start, None, rows).await?;
-        sqlx::query("DELETE FROM exceptions WHERE detected_at >= $1 AND detected_at < $2")
-            .bind(start)
-            .bind(end)
+        // The exceptions first: a resolution may leave only once its exception is gone
+        // (the foreign key is deferred to the commit).
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "DELETE FROM exceptions WHERE detected_at >= $1 AND detected_at < $2 RETURNING id",
+        )
+        .bind(start)
+        .bind(end)
+        .fetch_all(&mut *tx)
+        .await
+        .storage()?;
+        sqlx::query("DELETE FROM exception_resolutions WHERE exception_id = ANY($1)")
+            .bind(ids)
             .execute(&mut *tx)
             .await
             .storage()?;

@@ -1,5 +1,7 @@
 //! The consumer-side families: the inbox's processed markers (`inbox_messages`, by
-//! the UTC day applied) and the exception queue (`exceptions`, by the day detected).
+//! the UTC day applied) and the exception queue (`exceptions` with their
+//! `exception_resolutions`, by the day detected, once every one of the day is
+//! resolved).
 //! The per-account high-water marks (`inbox_accounts`) and the gap queue
 //! (`inbox_held`) are not records of the past and never leave by retention: without
 //! the marks a redelivered old message could be applied again.
@@ -80,6 +82,25 @@ pub(super) fn run_exceptions(
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .storage()?;
+        // Every exception of the day must be resolved: an open one keeps its day (and
+        // the database refuses to delete it whatever the permit says).
+        let (open, oldest): (i64, Option<i64>) = tx
+            .query_row(
+                "SELECT count(*), min(x.id) FROM exceptions x
+                 WHERE x.detected_at >= ?1 AND x.detected_at < ?2
+                   AND NOT EXISTS (SELECT 1 FROM exception_resolutions r WHERE r.exception_id = x.id)",
+                bounds,
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .storage()?;
+        if let Some(oldest_id) = oldest {
+            let reason = KeptBecause::OpenExceptions {
+                count: open as u64,
+                oldest_id,
+            };
+            pass.kept(family, start, None, reason);
+            continue;
+        }
         // What an exception points at must be resolved before the exception goes: an
         // event of its account still without a terminal delivery, or a message of its
         // account still held, from before the day ended.
@@ -104,17 +125,33 @@ pub(super) fn run_exceptions(
             pass.kept(family, start, None, reason);
             continue;
         }
+        // The exceptions and their resolutions, counted together on the permit.
         let rows: i64 = tx
             .query_row(
-                "SELECT count(*) FROM exceptions WHERE detected_at >= ?1 AND detected_at < ?2",
+                "SELECT count(*) + count(r.id) FROM exceptions x
+                 LEFT JOIN exception_resolutions r ON r.exception_id = x.id
+                 WHERE x.detected_at >= ?1 AND x.detected_at < ?2",
                 bounds,
                 |row| row.get(0),
             )
             .storage()?;
         pass.grant(&tx, family, start, None, rows)?;
+        // The exceptions first: a resolution may leave only once its exception is gone
+        // (the foreign key is checked at commit).
+        let ids: Vec<i64> = {
+            let mut stmt = tx
+                .prepare("DELETE FROM exceptions WHERE detected_at >= ?1 AND detected_at < ?2 RETURNING id")
+                .storage()?;
+            let ids = stmt.query_map(bounds, |row| row.get(0)).storage()?;
+            ids.collect::<rusqlite::Result<_>>().storage()?
+        };
+        let ids = format!(
+            "[{}]",
+            ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+        );
         tx.execute(
-            "DELETE FROM exceptions WHERE detected_at >= ?1 AND detected_at < ?2",
-            bounds,
+            "DELETE FROM exception_resolutions WHERE exception_id IN (SELECT value FROM json_each(?1))",
+            [ids],
         )
         .storage()?;
         tx.commit().storage()?;
