@@ -33,6 +33,9 @@ pub enum ErrorKind {
     Handler,
     /// An invariant of ledger-outbox itself was broken (a bug or tampered data).
     Internal,
+    /// A control or a reconciliation check found something a person must look at; its
+    /// report (printed beside the error) says what. Permanent.
+    ControlFailed,
     /// The adapter does not offer this operation (a trait method it left at its
     /// default); permanent.
     Unsupported,

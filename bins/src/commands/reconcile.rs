@@ -269,10 +269,11 @@ async fn finish(
         }
         return Ok(());
     }
-    let mut what = format!(
-        "{} exception(s) ({new} new, the others already open)",
-        report.findings.len()
-    );
+    let total = report.findings.len();
+    let mut what = format!("{total} exception(s), {new} new");
+    if new < total {
+        what.push_str(&format!(", {} already open", total - new));
+    }
     if !unanswered.is_empty() {
         what.push_str(&format!(
             "; {} statement line(s) the ledger gave no balance for",
@@ -280,7 +281,7 @@ async fn finish(
         ));
     }
     Err(Error::new(
-        ErrorKind::Internal,
+        ErrorKind::ControlFailed,
         format!("reconcile {check} found {what}: see `outbox exceptions list --open`"),
     ))
 }

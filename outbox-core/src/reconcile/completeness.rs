@@ -196,7 +196,7 @@ impl CompletenessCheck {
             self.now - chrono::TimeDelta::from_std(self.settle).unwrap_or(chrono::TimeDelta::MAX);
         loop {
             let page = store
-                .events_to_check(&self.name, checkpoint.position.clone(), self.page_size())
+                .events_to_check(&self.name, checkpoint.position, self.page_size())
                 .await?;
             let full = page.len() >= self.page_size();
             let mut done = None;
