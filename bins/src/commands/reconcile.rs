@@ -87,7 +87,7 @@ pub struct BalancesArgs {
     /// 20022 camt.053 XML file (with --mapping), told apart by the extension.
     #[arg(long)]
     pub statement: PathBuf,
-    /// For camt.053: the CSV mapping from IBAN to ledger account (iban,account[,asset]).
+    /// For camt.053: the CSV mapping from IBAN to ledger account (`iban,account[,asset]`).
     #[arg(long)]
     pub mapping: Option<PathBuf>,
     /// Only statement accounts matching this pattern (`*` one segment, trailing `**`
