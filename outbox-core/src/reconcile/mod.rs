@@ -16,6 +16,8 @@
 
 pub mod balances;
 pub mod completeness;
+#[cfg(test)]
+mod reading_ledger;
 pub mod sequences;
 pub mod statement;
 

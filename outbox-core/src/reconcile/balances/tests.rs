@@ -1,67 +1,15 @@
 //! The balance check against a fake ledger that answers balances at a point in time.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use super::*;
-use crate::domain::{Asset, Metadata};
-use crate::error::{Error, ErrorKind};
-use crate::ledger::{BalanceDate, Balances, LedgerCapabilities, LedgerTransaction, PostOutcome};
+use crate::ExceptionKind;
+use crate::domain::Asset;
+use crate::ledger::{BalanceDate, Balances};
+use crate::reconcile::reading_ledger::ReadingLedger;
 use crate::reconcile::statement::{Statement, StatementLine};
-use crate::{ExceptionKind, Ledger};
 
 const PENDING: &str = "merchants:4471:payouts:pending";
-
-struct PitLedger {
-    answers: HashMap<(String, BalanceDate), Balances>,
-    insertion: bool,
-    asked_at: Mutex<Vec<DateTime<Utc>>>,
-}
-
-fn unsupported<T>() -> Result<T> {
-    Err(Error::new(ErrorKind::Unsupported, "not in this fake"))
-}
-
-#[async_trait]
-impl Ledger for PitLedger {
-    fn capabilities(&self) -> LedgerCapabilities {
-        LedgerCapabilities::new(1)
-    }
-    async fn post(&self, _: EventId, _: &[u8]) -> Result<PostOutcome> {
-        unsupported()
-    }
-    async fn revert(&self, _: EventId, _: u64, _: &Metadata) -> Result<PostOutcome> {
-        unsupported()
-    }
-    async fn transaction_by_event_id(&self, _: EventId) -> Result<Option<LedgerTransaction>> {
-        unsupported()
-    }
-    async fn save_account_metadata(&self, _: &str, _: &Account, _: &Metadata) -> Result<()> {
-        unsupported()
-    }
-    async fn rejection_notice(&self, _: &Account, _: EventId) -> Result<Option<String>> {
-        unsupported()
-    }
-    async fn aggregate_balances(&self, _: &str) -> Result<Balances> {
-        unsupported()
-    }
-    async fn aggregate_balances_at(
-        &self,
-        address: &str,
-        at: DateTime<Utc>,
-        date: BalanceDate,
-    ) -> Result<Balances> {
-        if date == BalanceDate::Insertion && !self.insertion {
-            return unsupported();
-        }
-        self.asked_at.lock().unwrap().push(at);
-        Ok(self
-            .answers
-            .get(&(address.to_owned(), date))
-            .cloned()
-            .unwrap_or_default())
-    }
-}
 
 struct History(Vec<PostedEvent>);
 
@@ -101,22 +49,22 @@ fn line(account: &str, balance: i128) -> StatementLine {
     }
 }
 
-fn ledger(entries: &[(&str, i128, i128)]) -> PitLedger {
-    let mut answers = HashMap::new();
+fn ledger(entries: &[(&str, i128, i128)]) -> ReadingLedger {
+    let mut balances = HashMap::new();
     for (account, effective, inserted) in entries {
-        answers.insert(
+        balances.insert(
             ((*account).to_owned(), BalanceDate::Effective),
             Balances::from([(usd(), *effective)]),
         );
-        answers.insert(
+        balances.insert(
             ((*account).to_owned(), BalanceDate::Insertion),
             Balances::from([(usd(), *inserted)]),
         );
     }
-    PitLedger {
-        answers,
-        insertion: true,
-        asked_at: Mutex::default(),
+    ReadingLedger {
+        balances,
+        by_insertion: true,
+        ..ReadingLedger::default()
     }
 }
 
@@ -266,7 +214,7 @@ async fn an_empty_answer_is_unanswered_never_zero() {
 #[tokio::test]
 async fn without_insertion_dates_the_check_says_so_once() {
     let mut ledger = ledger(&[(PENDING, 5, 5), ("merchants:1:available", 7, 7)]);
-    ledger.insertion = false;
+    ledger.by_insertion = false;
     let lines = vec![line(PENDING, 5), line("merchants:1:available", 7)];
     let report = BalanceCheck::default()
         .run(&statement(lines), &ledger, &history())

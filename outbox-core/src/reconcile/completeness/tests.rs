@@ -12,9 +12,8 @@ use crate::domain::{
     Account, Amount, Asset, LedgerCommand, Metadata, NewEvent, OUTBOX_EVENT_ID_KEY, PostBody,
     PostCommand, Posting,
 };
-use crate::error::{Error, ErrorKind};
 use crate::exception::ExceptionKind;
-use crate::ledger::{Balances, LedgerCapabilities, LedgerTransaction, PostOutcome};
+use crate::reconcile::reading_ledger::ReadingLedger;
 use crate::store::{DeliveryOutcome, DeliveryRecord, DeliveryState};
 use crate::testing::MemoryStore;
 
@@ -141,88 +140,6 @@ impl CompletenessStore for FakeStore {
     }
 }
 
-/// A ledger that only lists and looks up: what the check asks of it.
-#[derive(Default)]
-struct ListingLedger {
-    txs: Mutex<Vec<LedgerTransaction>>,
-    lookups: Mutex<u32>,
-}
-
-impl ListingLedger {
-    /// Commits `event` as the relay would: its postings and metadata, the next id.
-    fn commit(&self, event: &OutboxEvent) -> u64 {
-        let LedgerCommand::Post(post) = event.payload.command().unwrap() else {
-            panic!("a post")
-        };
-        let PostBody::Postings(postings) = post.body else {
-            panic!("postings")
-        };
-        let metadata = post.metadata.clone();
-        self.push(postings, post.reference, metadata)
-    }
-    fn push(&self, postings: Vec<Posting>, reference: Option<String>, metadata: Metadata) -> u64 {
-        let mut txs = self.txs.lock().unwrap();
-        let id = txs.len() as u64 + 1;
-        txs.push(LedgerTransaction {
-            id,
-            postings,
-            reference,
-            metadata,
-            reverted: false,
-            timestamp: None,
-            inserted_at: None,
-        });
-        id
-    }
-}
-
-fn unsupported<T>() -> Result<T> {
-    Err(Error::new(ErrorKind::Unsupported, "not in this fake"))
-}
-
-#[async_trait]
-impl crate::Ledger for ListingLedger {
-    fn capabilities(&self) -> LedgerCapabilities {
-        LedgerCapabilities::new(1)
-    }
-    async fn post(&self, _key: EventId, _body: &[u8]) -> Result<PostOutcome> {
-        unsupported()
-    }
-    async fn revert(&self, _: EventId, _: u64, _: &Metadata) -> Result<PostOutcome> {
-        unsupported()
-    }
-    async fn transaction_by_event_id(&self, id: EventId) -> Result<Option<LedgerTransaction>> {
-        *self.lookups.lock().unwrap() += 1;
-        let txs = self.txs.lock().unwrap();
-        Ok(txs
-            .iter()
-            .find(|tx| tx.metadata.get(OUTBOX_EVENT_ID_KEY) == Some(&id.to_string()))
-            .cloned())
-    }
-    async fn save_account_metadata(&self, _: &str, _: &Account, _: &Metadata) -> Result<()> {
-        unsupported()
-    }
-    async fn rejection_notice(&self, _: &Account, _: EventId) -> Result<Option<String>> {
-        unsupported()
-    }
-    async fn aggregate_balances(&self, _: &str) -> Result<Balances> {
-        unsupported()
-    }
-    async fn transactions_after(
-        &self,
-        after: Option<u64>,
-        limit: usize,
-    ) -> Result<Vec<LedgerTransaction>> {
-        let txs = self.txs.lock().unwrap();
-        Ok(txs
-            .iter()
-            .filter(|tx| after.is_none_or(|a| tx.id > a))
-            .take(limit)
-            .cloned()
-            .collect())
-    }
-}
-
 fn payout(merchant: u32, amount: u64, reference: Option<&str>) -> NewEvent {
     NewEvent::new(
         Account::parse(&format!("merchants:{merchant}")).unwrap(),
@@ -249,7 +166,7 @@ fn check(page_size: usize, settle_secs: u64) -> CompletenessCheck {
 }
 
 /// `n` events over three merchants, each committed and recorded as accepted.
-fn delivered(store: &FakeStore, ledger: &ListingLedger, n: u32) -> Vec<OutboxEvent> {
+fn delivered(store: &FakeStore, ledger: &ReadingLedger, n: u32) -> Vec<OutboxEvent> {
     (0..n)
         .map(|i| {
             let event = store.outbox.add(&payout(i % 3, 100 + u64::from(i), None));
@@ -272,7 +189,7 @@ fn kinds(report: &CompletenessReport) -> Vec<(ExceptionKind, u64)> {
 #[tokio::test]
 async fn a_complete_history_has_no_finding_at_any_page_size() {
     for page in [1, 2, 5, 50] {
-        let (store, ledger) = (FakeStore::new(), ListingLedger::default());
+        let (store, ledger) = (FakeStore::new(), ReadingLedger::default());
         delivered(&store, &ledger, 10);
         ledger.push(vec![], None, Metadata::new()); // not the outbox's: ignored
         let report = check(page, 0).run(&store, &ledger).await.unwrap();
@@ -295,7 +212,7 @@ async fn a_complete_history_has_no_finding_at_any_page_size() {
 
 #[tokio::test]
 async fn a_second_run_starts_at_the_checkpoint() {
-    let (store, ledger) = (FakeStore::new(), ListingLedger::default());
+    let (store, ledger) = (FakeStore::new(), ReadingLedger::default());
     delivered(&store, &ledger, 6);
     let first = check(4, 0).run(&store, &ledger).await.unwrap();
     assert_eq!((first.transactions, first.events), (6, 6));
@@ -307,7 +224,7 @@ async fn a_second_run_starts_at_the_checkpoint() {
 
 #[tokio::test]
 async fn an_event_never_posted_is_missing_once_settled_and_a_young_one_waits() {
-    let (store, ledger) = (FakeStore::new(), ListingLedger::default());
+    let (store, ledger) = (FakeStore::new(), ReadingLedger::default());
     delivered(&store, &ledger, 3);
     let lost = store.outbox.add(&payout(7, 500, None));
     let young = check(10, 3600).run(&store, &ledger).await.unwrap();
@@ -330,7 +247,7 @@ async fn an_event_never_posted_is_missing_once_settled_and_a_young_one_waits() {
 
 #[tokio::test]
 async fn an_event_recorded_as_accepted_without_a_transaction_is_missing_at_once() {
-    let (store, ledger) = (FakeStore::new(), ListingLedger::default());
+    let (store, ledger) = (FakeStore::new(), ReadingLedger::default());
     let event = store.outbox.add(&payout(1, 500, None));
     store.record(event.event_id, DeliveryOutcome::Accepted, Some(99));
     let report = check(10, 3600).run(&store, &ledger).await.unwrap();
@@ -340,7 +257,7 @@ async fn an_event_recorded_as_accepted_without_a_transaction_is_missing_at_once(
 
 #[tokio::test]
 async fn a_post_that_lands_after_the_ledger_side_is_not_missing() {
-    let (store, ledger) = (FakeStore::new(), ListingLedger::default());
+    let (store, ledger) = (FakeStore::new(), ReadingLedger::default());
     let event = store.outbox.add(&payout(1, 500, None));
     // Committed, but the ledger side of this run was read before (simulated by a
     // checkpoint already past the new transaction).
@@ -356,7 +273,7 @@ async fn a_post_that_lands_after_the_ledger_side_is_not_missing() {
 
 #[tokio::test]
 async fn a_recorded_refusal_is_complete_and_a_committed_refusal_conflicts() {
-    let (store, ledger) = (FakeStore::new(), ListingLedger::default());
+    let (store, ledger) = (FakeStore::new(), ReadingLedger::default());
     let refused = store.outbox.add(&payout(1, 500, None));
     store.record(refused.event_id, DeliveryOutcome::Rejected, None);
     assert_eq!(
@@ -379,7 +296,7 @@ async fn a_recorded_refusal_is_complete_and_a_committed_refusal_conflicts() {
 
 #[tokio::test]
 async fn orphans_duplicates_and_conflicts_are_named() {
-    let (store, ledger) = (FakeStore::new(), ListingLedger::default());
+    let (store, ledger) = (FakeStore::new(), ReadingLedger::default());
     let events = delivered(&store, &ledger, 3);
     // Out of band, with outbox metadata the outbox never wrote.
     let stranger = EventId::new();
@@ -458,7 +375,7 @@ async fn orphans_duplicates_and_conflicts_are_named() {
 
 #[tokio::test]
 async fn one_reference_on_two_transactions_is_a_duplicate() {
-    let (store, ledger) = (FakeStore::new(), ListingLedger::default());
+    let (store, ledger) = (FakeStore::new(), ReadingLedger::default());
     let a = store.outbox.add(&payout(1, 500, Some("payout:1")));
     let b = store.outbox.add(&payout(2, 500, Some("payout:1")));
     for event in [&a, &b] {
