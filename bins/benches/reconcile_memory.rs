@@ -1,7 +1,7 @@
 //! `outbox reconcile ledger` memory and time at growing outbox sizes, printed as
 //! figures (no assertions).
 //!
-//! For each N, a SQLite outbox of N payouts over 1,000 accounts is relayed by the real
+//! For each N, a SQLite outbox of N settlement credits over 1,000 accounts is relayed by the real
 //! `outbox relay --once` to an in-memory dev ledger (the ledger then holds N
 //! transactions carrying outbox metadata), and the real `outbox reconcile ledger`
 //! process checks both sides from an empty checkpoint. Printed per N: the check's time,
@@ -18,12 +18,14 @@ use std::path::Path;
 use outbox_ledger_dev::{DevLedger, DevLedgerConfig};
 use outbox_store_sqlite::{SqliteConfig, connect, enqueue};
 use outbox_testkit::bench_args::Args;
-use outbox_testkit::fixtures::payout;
+use outbox_testkit::fixtures::settlement;
 use outbox_testkit::peak_rss::{Measured, run_measured};
 
 const LEDGER: &str = "bench";
 
-/// A fresh outbox of `n` payouts round-robin over 1,000 accounts; its URL.
+/// A fresh outbox of `n` settlement credits (which the ledger commits: a payout from an
+/// empty account would be refused, and the ledger would hold nothing to compare)
+/// round-robin over 1,000 accounts; its URL.
 fn outbox(dir: &Path, n: usize) -> String {
     let path = dir.join(format!("outbox-{n}.db"));
     let mut config = SqliteConfig::new(&path);
@@ -32,7 +34,7 @@ fn outbox(dir: &Path, n: usize) -> String {
     outbox_store_sqlite::migrate(&mut conn).unwrap();
     let tx = conn.transaction().unwrap();
     for i in 0..n {
-        enqueue(&tx, &payout(&(i % 1_000).to_string(), 1_000 + i as u64)).unwrap();
+        enqueue(&tx, &settlement(&(i % 1_000).to_string(), 1_000 + i as u64)).unwrap();
     }
     tx.commit().unwrap();
     format!("sqlite://{}", path.display())
@@ -97,6 +99,8 @@ async fn main() {
         ];
         let first = outbox_command(&reconcile).await;
         assert!(first.success, "the check found something: {}", first.stdout);
+        // What the check itself says it read: N transactions, N events.
+        let read = first.stdout.lines().next().unwrap_or_default().to_owned();
         let rerun = outbox_command(&reconcile).await;
         let peak = first.peak_mib;
         let base = *baseline.get_or_insert(peak);
@@ -107,6 +111,7 @@ async fn main() {
             peak / base,
             rerun.elapsed.as_secs_f64()
         );
+        println!("{:>10}  ({read})", "");
         ledger.shutdown().await;
     }
 }

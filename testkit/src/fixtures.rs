@@ -11,9 +11,30 @@ pub fn account(name: &str) -> Account {
 
 /// A payout of `amount` cents from the merchant's available balance to pending payouts.
 pub fn payout(merchant: &str, amount: u64) -> NewEvent {
+    transfer(
+        merchant,
+        &format!("merchants:{merchant}:available"),
+        &format!("merchants:{merchant}:payouts:pending"),
+        amount,
+    )
+}
+
+/// A settlement credit of `amount` cents from `world` to the merchant's available
+/// balance: what a real ledger commits without funds (a payout from an empty account
+/// is refused).
+pub fn settlement(merchant: &str, amount: u64) -> NewEvent {
+    transfer(
+        merchant,
+        "world",
+        &format!("merchants:{merchant}:available"),
+        amount,
+    )
+}
+
+fn transfer(merchant: &str, source: &str, destination: &str, amount: u64) -> NewEvent {
     let posting = Posting {
-        source: account(&format!("merchants:{merchant}:available")),
-        destination: account(&format!("merchants:{merchant}:payouts:pending")),
+        source: account(source),
+        destination: account(destination),
         amount: Amount::new(amount),
         asset: Asset::parse("USD/2").expect("fixture asset"),
     };
