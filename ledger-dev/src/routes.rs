@@ -24,15 +24,16 @@ use crate::engine::Engine;
 use crate::errors::ApiError;
 use crate::faults::{self, FaultInjector, FaultLayer, FaultPlan};
 use crate::history::MoveDate;
-use crate::listing::{self, TransactionCursor, TransactionRequest};
 use crate::log::LogData;
 use crate::logs;
 use crate::model::Target;
 use crate::params;
 use crate::query::{Query as Filter, Resource};
-use crate::reads::{
-    self, AccountCursor, AccountRequest, Cursor, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, decode_cursor,
-};
+use crate::reads::{self, Cursor, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+
+mod lists;
+
+use lists::{Accounts, Transactions};
 
 /// Shared by every handler.
 #[derive(Debug, Clone)]
@@ -57,8 +58,8 @@ pub(crate) fn router(state: AppState, fault_layer: FaultLayer) -> Router {
         .route("/v2/{ledger}", get(get_ledger).post(create_ledger))
         .route(
             "/v2/{ledger}/transactions",
-            get(list_transactions)
-                .head(count_transactions)
+            get(lists::list::<Transactions>)
+                .head(lists::count::<Transactions>)
                 .merge(faulty(post(create_transaction))),
         )
         .route("/v2/{ledger}/transactions/{id}", get(get_transaction))
@@ -68,24 +69,24 @@ pub(crate) fn router(state: AppState, fault_layer: FaultLayer) -> Router {
         )
         .route(
             "/v2/{ledger}/transactions/{id}/metadata",
-            faulty(post(add_transaction_metadata)),
+            faulty(save_metadata(transaction_target)),
         )
         .route(
             "/v2/{ledger}/transactions/{id}/metadata/{key}",
-            faulty(axum::routing::delete(delete_transaction_metadata)),
+            faulty(delete_metadata(transaction_target)),
         )
         .route(
             "/v2/{ledger}/accounts",
-            get(list_accounts).head(count_accounts),
+            get(lists::list::<Accounts>).head(lists::count::<Accounts>),
         )
         .route("/v2/{ledger}/accounts/{address}", get(get_account))
         .route(
             "/v2/{ledger}/accounts/{address}/metadata",
-            faulty(post(add_account_metadata)),
+            faulty(save_metadata(account_target)),
         )
         .route(
             "/v2/{ledger}/accounts/{address}/metadata/{key}",
-            faulty(axum::routing::delete(delete_account_metadata)),
+            faulty(delete_metadata(account_target)),
         )
         .route("/v2/{ledger}/aggregate/balances", get(aggregate_balances))
         .route("/v2/{ledger}/logs", get(list_logs))
@@ -118,6 +119,12 @@ fn json<T: Serialize>(status: StatusCode, value: &T) -> Response {
 #[derive(Serialize)]
 struct Data<T> {
     data: T,
+}
+
+/// The envelope of a list page: `{"cursor": …}`.
+#[derive(Serialize)]
+struct CursorBody<T> {
+    cursor: T,
 }
 
 /// Adds `Idempotency-Hit: true` to a replayed answer (absent otherwise).
@@ -330,84 +337,8 @@ async fn get_transaction(
     )
 }
 
-/// What `GET /transactions` implements; anything else is refused, named.
-const LIST_TRANSACTIONS: [&str; 8] = [
-    "pageSize", "cursor", "query", "expand", "pit", "order", "reverse", "sort",
-];
-
-async fn list_transactions(
-    State(state): State<AppState>,
-    Path(ledger): Path<String>,
-    Query(params): Params,
-    body: Bytes,
-) -> Response {
-    #[derive(Serialize)]
-    struct CursorBody<T> {
-        cursor: T,
-    }
-    respond(
-        run(&state, move |engine| {
-            engine.require_ledger(&ledger)?;
-            params::only(&params, "GET /v2/{ledger}/transactions", &LIST_TRANSACTIONS)?;
-            params::cursor_alone(&params)?;
-            let page_size = page_size(&params)?;
-            let request = match params::value(&params, "cursor") {
-                Some(text) => {
-                    let mut request =
-                        TransactionRequest::from(decode_cursor::<TransactionCursor>(text)?);
-                    request.page_size = page_size.unwrap_or(request.page_size);
-                    request
-                }
-                None => {
-                    // Every transaction already carries its volumes and effective
-                    // volumes; `expand` is checked for values the dev ledger knows.
-                    params::expand(&params)?;
-                    TransactionRequest {
-                        page_size: page_size.unwrap_or(DEFAULT_PAGE_SIZE),
-                        query: filter_document(&params, &body)?,
-                        pit: params::pit(&params)?,
-                        order: params::transaction_order(&params)?,
-                        after: None,
-                    }
-                }
-            };
-            let filter = Filter::parse(Resource::Transactions, &request.query)?;
-            engine.read(&ledger, |s| listing::transactions(s, &filter, &request))
-        })
-        .await
-        .map(|page| json(StatusCode::OK, &CursorBody { cursor: page })),
-    )
-}
-
-/// `HEAD /v2/{ledger}/transactions`: 204 with `Count`, the number of transactions
-/// `GET` would list with the same filter and `pit`.
-async fn count_transactions(
-    State(state): State<AppState>,
-    Path(ledger): Path<String>,
-    Query(params): Params,
-    body: Bytes,
-) -> Response {
-    respond(
-        run(&state, move |engine| {
-            engine.require_ledger(&ledger)?;
-            params::only(&params, "HEAD /v2/{ledger}/transactions", &["pit", "query"])?;
-            let pit = params::pit(&params)?;
-            let filter = Filter::parse(Resource::Transactions, &filter_document(&params, &body)?)?;
-            engine.read(&ledger, |s| listing::count(s, &filter, pit))
-        })
-        .await
-        .map(counted),
-    )
-}
-
-/// A count answer: 204, no body, the number in `Count`.
-fn counted(count: usize) -> Response {
-    let mut response = StatusCode::NO_CONTENT.into_response();
-    response
-        .headers_mut()
-        .insert("Count", HeaderValue::from(count));
-    response
-}
+// -- lists --------------------------------------------------------------------
+// (`GET`/`HEAD` of transactions and accounts are in `lists`; the logs' differ.)
 
 /// `pageSize`: default when absent or 0, capped at [`MAX_PAGE_SIZE`] (go-libs).
 fn page_size(params: &[(String, String)]) -> Result<Option<u64>, ApiError> {
@@ -445,10 +376,6 @@ async fn list_logs(
     Query(params): Params,
     body: Bytes,
 ) -> Response {
-    #[derive(Serialize)]
-    struct CursorBody<T> {
-        cursor: T,
-    }
     let corruption = state.faults.log_corruption();
     respond(
         run(&state, move |engine| {
@@ -477,86 +404,67 @@ async fn list_logs(
     )
 }
 
-async fn add_transaction_metadata(
-    State(state): State<AppState>,
-    Path((ledger, id)): Path<(String, String)>,
-    Query(params): Params,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let key = idempotency_key(&headers);
-    let dry_run = flag(&params, "dryRun");
-    metadata_write(state, ledger, key, dry_run, move || {
-        Ok(MetadataCommand::Save {
-            target: Target::Transaction(commands::transaction_id(&id)?),
-            metadata: commands::metadata_body(&body)?,
-        })
-    })
-    .await
+// -- metadata ------------------------------------------------------------------
+
+/// A metadata route's `{id}` or `{address}`, read as what it names.
+type TargetParser = fn(&str) -> Result<Target, ApiError>;
+
+fn transaction_target(id: &str) -> Result<Target, ApiError> {
+    Ok(Target::Transaction(commands::transaction_id(id)?))
 }
 
-async fn delete_transaction_metadata(
-    State(state): State<AppState>,
-    Path((ledger, id, key_name)): Path<(String, String, String)>,
-    Query(params): Params,
-    headers: HeaderMap,
-) -> Response {
-    let key = idempotency_key(&headers);
-    let dry_run = flag(&params, "dryRun");
-    metadata_write(state, ledger, key, dry_run, move || {
-        Ok(MetadataCommand::Delete {
-            target: Target::Transaction(commands::transaction_id(&id)?),
-            key: key_name,
-        })
-    })
-    .await
+fn account_target(address: &str) -> Result<Target, ApiError> {
+    Ok(Target::Account(commands::address(address)?))
 }
 
-// -- accounts -------------------------------------------------------------------
-
-async fn add_account_metadata(
-    State(state): State<AppState>,
-    Path((ledger, address)): Path<(String, String)>,
-    Query(params): Params,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let key = idempotency_key(&headers);
-    let dry_run = flag(&params, "dryRun");
-    metadata_write(state, ledger, key, dry_run, move || {
-        Ok(MetadataCommand::Save {
-            target: Target::Account(commands::address(&address)?),
-            metadata: commands::metadata_body(&body)?,
-        })
-    })
-    .await
+/// `POST …/{target}/metadata`, the same for transactions and accounts but for
+/// how the target is read.
+fn save_metadata(target: TargetParser) -> MethodRouter<AppState> {
+    post(
+        move |State(state): State<AppState>,
+              Path((ledger, name)): Path<(String, String)>,
+              Query(params): Params,
+              headers: HeaderMap,
+              body: Bytes| async move {
+            metadata_write(state, ledger, &params, &headers, move || {
+                Ok(MetadataCommand::Save {
+                    target: target(&name)?,
+                    metadata: commands::metadata_body(&body)?,
+                })
+            })
+            .await
+        },
+    )
 }
 
-async fn delete_account_metadata(
-    State(state): State<AppState>,
-    Path((ledger, address, key_name)): Path<(String, String, String)>,
-    Query(params): Params,
-    headers: HeaderMap,
-) -> Response {
-    let key = idempotency_key(&headers);
-    let dry_run = flag(&params, "dryRun");
-    metadata_write(state, ledger, key, dry_run, move || {
-        Ok(MetadataCommand::Delete {
-            target: Target::Account(commands::address(&address)?),
-            key: key_name,
-        })
-    })
-    .await
+/// `DELETE …/{target}/metadata/{key}`, likewise.
+fn delete_metadata(target: TargetParser) -> MethodRouter<AppState> {
+    axum::routing::delete(
+        move |State(state): State<AppState>,
+              Path((ledger, name, key)): Path<(String, String, String)>,
+              Query(params): Params,
+              headers: HeaderMap| async move {
+            metadata_write(state, ledger, &params, &headers, move || {
+                Ok(MetadataCommand::Delete {
+                    target: target(&name)?,
+                    key,
+                })
+            })
+            .await
+        },
+    )
 }
 
 /// Metadata writes answer 204 (with `Idempotency-Hit` on a replay).
 async fn metadata_write(
     state: AppState,
     ledger: String,
-    key: Option<String>,
-    dry_run: bool,
+    params: &[(String, String)],
+    headers: &HeaderMap,
     command: impl FnOnce() -> Result<MetadataCommand, ApiError> + Send + 'static,
 ) -> Response {
+    let key = idempotency_key(headers);
+    let dry_run = flag(params, "dryRun");
     respond(
         run(&state, move |engine| {
             engine.require_ledger(&ledger)?;
@@ -567,6 +475,8 @@ async fn metadata_write(
         .map(|plan| with_hit(StatusCode::NO_CONTENT.into_response(), &plan)),
     )
 }
+
+// -- accounts -------------------------------------------------------------------
 
 async fn get_account(
     State(state): State<AppState>,
@@ -588,75 +498,6 @@ async fn get_account(
         })
         .await
         .map(|account| json(StatusCode::OK, &Data { data: account })),
-    )
-}
-
-/// What `GET /accounts` implements; anything else is refused, named.
-const LIST_ACCOUNTS: [&str; 6] = ["pageSize", "cursor", "query", "expand", "pit", "sort"];
-
-/// `GET /v2/{ledger}/accounts`: by address, ascending (as upstream lists them).
-async fn list_accounts(
-    State(state): State<AppState>,
-    Path(ledger): Path<String>,
-    Query(params): Params,
-    body: Bytes,
-) -> Response {
-    #[derive(Serialize)]
-    struct CursorBody<T> {
-        cursor: T,
-    }
-    respond(
-        run(&state, move |engine| {
-            engine.require_ledger(&ledger)?;
-            params::only(&params, "GET /v2/{ledger}/accounts", &LIST_ACCOUNTS)?;
-            params::cursor_alone(&params)?;
-            let page_size = page_size(&params)?;
-            let request = match params::value(&params, "cursor") {
-                Some(text) => {
-                    let cursor = decode_cursor::<AccountCursor>(text)?;
-                    AccountRequest {
-                        page_size: page_size.unwrap_or(cursor.page_size),
-                        query: cursor.query,
-                        pit: cursor.pit,
-                        expand: cursor.expand,
-                        descending: cursor.descending,
-                        after: Some(cursor.after),
-                    }
-                }
-                None => AccountRequest {
-                    page_size: page_size.unwrap_or(DEFAULT_PAGE_SIZE),
-                    query: filter_document(&params, &body)?,
-                    pit: params::pit(&params)?,
-                    expand: params::expand(&params)?,
-                    descending: params::account_order(&params)?,
-                    after: None,
-                },
-            };
-            let filter = Filter::parse(Resource::Accounts, &request.query)?;
-            engine.read(&ledger, |s| reads::accounts(s, &filter, &request))?
-        })
-        .await
-        .map(|page| json(StatusCode::OK, &CursorBody { cursor: page })),
-    )
-}
-
-/// `HEAD /v2/{ledger}/accounts`: 204 with `Count`.
-async fn count_accounts(
-    State(state): State<AppState>,
-    Path(ledger): Path<String>,
-    Query(params): Params,
-    body: Bytes,
-) -> Response {
-    respond(
-        run(&state, move |engine| {
-            engine.require_ledger(&ledger)?;
-            params::only(&params, "HEAD /v2/{ledger}/accounts", &["pit", "query"])?;
-            let pit = params::pit(&params)?;
-            let filter = Filter::parse(Resource::Accounts, &filter_document(&params, &body)?)?;
-            engine.read(&ledger, |s| reads::count_accounts(s, &filter, pit))
-        })
-        .await
-        .map(counted),
     )
 }
 
