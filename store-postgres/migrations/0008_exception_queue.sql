@@ -33,8 +33,11 @@ ALTER TABLE exceptions
 
 -- The rows so far: no event id or asset, first occurrence, the kind's default
 -- severity (ExceptionKind::default_severity), the identity as identity() builds it.
--- The append-only trigger is off for this one statement of the migration only (the
+-- The append-only trigger is off for these two statements of the migration only (the
 -- ALTER TABLE above holds the table's exclusive lock until the migration commits).
+-- The relay's own kinds get the event id of the outbox row at their account and
+-- sequence, as the relay now records it: an open one raised again after the upgrade
+-- stays one finding. The identity is then built from it, as identity() builds it.
 ALTER TABLE exceptions DISABLE TRIGGER exceptions_append_only;
 UPDATE exceptions SET
     severity = CASE
@@ -42,8 +45,13 @@ UPDATE exceptions SET
         WHEN kind IN ('stopped', 'gap', 'stale_sequence', 'missing_transaction') THEN 'warning'
         ELSE 'critical'
     END,
+    event_id = CASE WHEN kind IN ('rejected', 'idempotency_mismatch', 'stopped') THEN
+                   (SELECT e.event_id::text FROM outbox_events e
+                    WHERE e.account = exceptions.account AND e.sequence = exceptions.sequence)
+               END;
+UPDATE exceptions SET
     identity = source || chr(31) || kind || chr(31) || account || chr(31) || sequence::text
-               || chr(31) || chr(31);
+               || chr(31) || coalesce(event_id, '') || chr(31);
 ALTER TABLE exceptions ENABLE TRIGGER exceptions_append_only;
 
 ALTER TABLE exceptions

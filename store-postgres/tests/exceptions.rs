@@ -76,6 +76,80 @@ async fn a_raiser_behind_an_uncommitted_one_waits_and_records_nothing() {
     assert_eq!(db.store.exceptions().await.unwrap().len(), 2);
 }
 
+/// A connection to `schema` migrated to version 7 only, as a release before the
+/// exception queue left it.
+async fn schema_at_version_7(
+    config: &outbox_store_postgres::PgConfig,
+    schema: &str,
+) -> sqlx::PgConnection {
+    let mut migrator = sqlx::migrate!("./migrations");
+    migrator.create_schema(schema.to_owned());
+    migrator.dangerous_set_table_name(format!("{schema}.{MIGRATIONS_TABLE}"));
+    let mut conn = sqlx::PgConnection::connect_with(&config.connect_options().unwrap())
+        .await
+        .unwrap();
+    migrator
+        .run_direct(Some(7), &mut conn, false)
+        .await
+        .unwrap();
+    conn
+}
+
+/// The relay now names the event of what it raises. An exception it raised before the
+/// upgrade, still open, stays the same finding: raised again after the upgrade (a
+/// stopped account hits its mismatch again at every restart), it is the open one, not
+/// a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_exception_from_before_the_upgrade_is_not_raised_twice() {
+    if !server_available().await {
+        return;
+    }
+    let config = fresh_config();
+    let schema = config.schema.clone().unwrap();
+    let _guard = SchemaGuard {
+        schema: schema.clone(),
+    };
+    let (event_id, payload) = outbox_testkit::fixtures::payout("1007", 100)
+        .encode(1)
+        .unwrap();
+    {
+        let mut conn = schema_at_version_7(&config, &schema).await;
+        sqlx::query(
+            "INSERT INTO outbox_events (event_id, account, sequence, payload)
+             VALUES ($1, 'merchants:1007', 1, $2)",
+        )
+        .bind(event_id.as_uuid())
+        .bind(payload.as_bytes())
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO exceptions (source, kind, account, sequence, detail)
+             VALUES ('relay', 'idempotency_mismatch', 'merchants:1007', 1, 'body changed')",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        conn.close().await.unwrap();
+    }
+    let store = PgStore::open(config).await.expect("migrate");
+    let again = NewException::new(
+        "relay",
+        ExceptionKind::IdempotencyMismatch,
+        account("merchants:1007"),
+        1,
+        "body changed",
+    )
+    .with_event_id(event_id.to_string());
+    assert!(
+        !store.raise_exception(&again).await.unwrap(),
+        "the open pre-upgrade exception was recorded a second time"
+    );
+    let all = store.exceptions().await.unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].event_id, Some(event_id.to_string()));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_7_schema_keeps_its_exceptions_and_dedupes_by_identity() {
     if !server_available().await {
@@ -88,16 +162,7 @@ async fn a_version_7_schema_keeps_its_exceptions_and_dedupes_by_identity() {
     };
     // Versions 1 to 7 only, recorded as a release before the exception queue did.
     {
-        let mut migrator = sqlx::migrate!("./migrations");
-        migrator.create_schema(schema.clone());
-        migrator.dangerous_set_table_name(format!("{schema}.{MIGRATIONS_TABLE}"));
-        let mut conn = sqlx::PgConnection::connect_with(&config.connect_options().unwrap())
-            .await
-            .unwrap();
-        migrator
-            .run_direct(Some(7), &mut conn, false)
-            .await
-            .unwrap();
+        let mut conn = schema_at_version_7(&config, &schema).await;
         for (source, kind, account, sequence, detail) in [
             (
                 "relay",

@@ -48,21 +48,31 @@ CREATE TABLE exceptions_v5 (
     UNIQUE (identity, recurrence)
 );
 
--- The rows so far: no event id or asset, first occurrence, the kind's default
--- severity (ExceptionKind::default_severity), the identity as identity() builds it.
-INSERT INTO exceptions_v5 (id, source, kind, severity, account, sequence, detail, detected_at,
-                           identity, recurrence)
-SELECT id, source, kind,
-       CASE
-           WHEN kind = 'rejected' THEN 'info'
-           WHEN kind IN ('stopped', 'gap', 'stale_sequence', 'missing_transaction') THEN 'warning'
-           ELSE 'critical'
-       END,
-       account, sequence, detail, detected_at,
+-- The rows so far: first occurrence, the kind's default severity
+-- (ExceptionKind::default_severity), no asset, and the identity as identity() builds
+-- it. The relay's own kinds (rejected, idempotency_mismatch, stopped) get the event id
+-- of the outbox row at their account and sequence, as the relay now records it: an
+-- open one raised again after the upgrade stays one finding.
+INSERT INTO exceptions_v5 (id, source, kind, severity, account, sequence, event_id, detail,
+                           detected_at, identity, recurrence)
+SELECT id, source, kind, severity, account, sequence, event_id, detail, detected_at,
        source || char(31) || kind || char(31) || account || char(31) || CAST(sequence AS TEXT)
-           || char(31) || char(31),
+           || char(31) || coalesce(event_id, '') || char(31),
        0
-FROM exceptions ORDER BY id;
+FROM (SELECT x.id, x.source, x.kind,
+             CASE
+                 WHEN x.kind = 'rejected' THEN 'info'
+                 WHEN x.kind IN ('stopped', 'gap', 'stale_sequence', 'missing_transaction') THEN 'warning'
+                 ELSE 'critical'
+             END AS severity,
+             x.account, x.sequence,
+             CASE WHEN x.kind IN ('rejected', 'idempotency_mismatch', 'stopped') THEN
+                 (SELECT e.event_id FROM outbox_events e
+                  WHERE e.account = x.account AND e.sequence = x.sequence)
+             END AS event_id,
+             x.detail, x.detected_at
+      FROM exceptions x)
+ORDER BY id;
 
 -- The AUTOINCREMENT high-water mark moves with the table (RENAME carries the row).
 INSERT INTO sqlite_sequence (name, seq)

@@ -176,3 +176,51 @@ async fn a_version_4_database_keeps_its_exceptions_and_dedupes_by_identity() {
         .unwrap();
     assert!(version >= 5, "{version}");
 }
+
+/// The relay now names the event of what it raises. An exception it raised before the
+/// upgrade, still open, must stay the same finding: raised again after the upgrade
+/// (the stopped account hits its mismatch again at every restart), it is the open one,
+/// not a second.
+#[tokio::test]
+async fn a_relay_exception_from_before_the_upgrade_is_not_raised_twice() {
+    let dir = TempDir::new().unwrap();
+    let config = SqliteConfig::new(dir.path().join("outbox.db"));
+    let event = outbox_testkit::fixtures::payout("1007", 100);
+    let (event_id, payload) = event.encode(1).unwrap();
+    {
+        let conn = connect(&config).unwrap();
+        for sql in UP_TO_4 {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 4).unwrap();
+        conn.execute(
+            "INSERT INTO outbox_events (event_id, account, sequence, payload, created_at)
+             VALUES (?1, 'merchants:1007', 1, ?2, 0)",
+            params![event_id.to_string(), payload.as_bytes()],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO exceptions (source, kind, account, sequence, detail, detected_at)
+             VALUES ('relay', 'idempotency_mismatch', 'merchants:1007', 1, 'body changed', 1000)",
+            [],
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(config).await.expect("migrate");
+    // As the dispatcher raises it today.
+    let again = NewException::new(
+        "relay",
+        ExceptionKind::IdempotencyMismatch,
+        account("merchants:1007"),
+        1,
+        "body changed",
+    )
+    .with_event_id(event_id.to_string());
+    assert!(
+        !store.raise_exception(&again).await.unwrap(),
+        "the open pre-upgrade exception was recorded a second time"
+    );
+    let all = store.exceptions().await.unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].event_id, Some(event_id.to_string()));
+}
