@@ -67,9 +67,9 @@ impl PgAuditReader {
     /// `InvalidInput` for a bad URL or schema name; storage errors (transient when the
     /// server cannot be reached).
     pub async fn open(config: &PgConfig) -> outbox_core::Result<Self> {
-        Ok(Self {
-            pool: connect(config).await?,
-        })
+        let pool = connect(config).await?;
+        crate::connection::require_current_schema(&pool).await?;
+        Ok(Self { pool })
     }
 
     /// The outbox row of `event_id`, if this outbox holds it.

@@ -7,7 +7,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgPool};
 
 use crate::config::PgConfig;
-use crate::error::{PgResultExt, map_migrate};
+use crate::error::{PgResultExt, map_error, map_migrate};
 use crate::partitions;
 
 /// Where applied migrations are recorded. Not sqlx's default `_sqlx_migrations`: the
@@ -61,6 +61,42 @@ pub(crate) async fn ensure_current_partitions(
         config.partition_lock_timeout,
     )
     .await
+}
+
+/// The newest migration version this build applies.
+pub fn current_schema_version() -> i64 {
+    let migrator: Migrator = sqlx::migrate!("./migrations");
+    migrator.iter().map(|m| m.version).max().unwrap_or(0)
+}
+
+/// Refuses a schema an older release left behind, for readers that never migrate:
+/// its version, this build's and the command that upgrades it.
+pub(crate) async fn require_current_schema(pool: &PgPool) -> Result<()> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+        .bind(MIGRATIONS_TABLE)
+        .fetch_one(pool)
+        .await
+        .map_err(map_error)?;
+    let applied: i64 = if exists {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT coalesce(max(version), 0) FROM {MIGRATIONS_TABLE} WHERE success"
+        )))
+        .fetch_one(pool)
+        .await
+        .map_err(map_error)?
+    } else {
+        0
+    };
+    let current = current_schema_version();
+    if applied < current {
+        return Err(outbox_core::Error::new(
+            outbox_core::ErrorKind::Config,
+            format!(
+                "the schema is at version {applied}, this build reads version {current}: run `outbox migrate --database …` first"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Applies the embedded migrations not yet applied.

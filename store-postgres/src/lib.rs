@@ -24,7 +24,7 @@ mod store;
 
 pub use audit::{HeldMessage, InboxMarker, PgAuditReader};
 pub use config::PgConfig;
-pub use connection::{MIGRATIONS_TABLE, connect, migrate};
+pub use connection::{MIGRATIONS_TABLE, connect, current_schema_version, migrate};
 pub use enqueue::{EnqueueOptions, enqueue, enqueue_with};
 pub use error::{APPEND_ONLY_SQLSTATE, map_error};
 pub use fanout::{DEFAULT_APPEND_LOCK_TIMEOUT, PgFanoutStore};

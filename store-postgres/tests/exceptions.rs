@@ -150,6 +150,38 @@ async fn a_relay_exception_from_before_the_upgrade_is_not_raised_twice() {
     assert_eq!(all[0].event_id, Some(event_id.to_string()));
 }
 
+/// The audit readers never migrate. A schema an older release left (here at version
+/// 7) is refused when opened, naming its version, this build's and the command that
+/// upgrades it, instead of failing later on a column it does not have yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_reader_refuses_a_schema_behind_naming_outbox_migrate() {
+    if !server_available().await {
+        return;
+    }
+    let config = fresh_config();
+    let schema = config.schema.clone().unwrap();
+    let _guard = SchemaGuard {
+        schema: schema.clone(),
+    };
+    schema_at_version_7(&config, &schema)
+        .await
+        .close()
+        .await
+        .unwrap();
+    let err = outbox_store_postgres::PgAuditReader::open(&config)
+        .await
+        .expect_err("a schema at version 7 opened for the audit");
+    let text = err.to_string();
+    assert!(
+        text.contains("version 7") && text.contains("outbox migrate"),
+        "{text}"
+    );
+    drop(PgStore::open(config.clone()).await.unwrap());
+    outbox_store_postgres::PgAuditReader::open(&config)
+        .await
+        .expect("opened once migrated");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_7_schema_keeps_its_exceptions_and_dedupes_by_identity() {
     if !server_available().await {

@@ -90,6 +90,7 @@ impl SqliteAuditReader {
             .storage()?;
             conn.busy_timeout(busy).storage()?;
             conn.pragma_update(None, "query_only", "ON").storage()?;
+            crate::connection::require_current_schema(&conn, &opened)?;
             Ok(conn)
         })
         .await

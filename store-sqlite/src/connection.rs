@@ -14,6 +14,34 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0006_reconcile.sql"),
 ];
 
+/// The schema version this build migrates a database to (its `user_version`).
+pub fn current_schema_version() -> i64 {
+    MIGRATIONS.len() as i64
+}
+
+/// Refuses a database an older release left behind, for readers that never migrate:
+/// its version, this build's and the command that upgrades it.
+pub(crate) fn require_current_schema(
+    conn: &Connection,
+    path: &std::path::Path,
+) -> outbox_core::Result<()> {
+    let applied: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .storage()?;
+    let current = current_schema_version();
+    if applied < current {
+        return Err(outbox_core::Error::new(
+            outbox_core::ErrorKind::Config,
+            format!(
+                "{} is at schema version {applied}, this build reads version {current}: run `outbox migrate --database sqlite://{}` first",
+                path.display(),
+                path.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Opens a connection configured for the outbox: WAL, busy timeout, synchronous level.
 ///
 /// Callers use such a connection for their own transactions too, so that enqueue runs

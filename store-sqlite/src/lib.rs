@@ -20,7 +20,7 @@ mod wakeup;
 
 pub use audit::{HeldMessage, InboxMarker, SqliteAuditReader};
 pub use config::SqliteConfig;
-pub use connection::{connect, migrate};
+pub use connection::{connect, current_schema_version, migrate};
 pub use enqueue::enqueue;
 pub use error::map as map_error;
 pub use fanout::SqliteFanoutStore;

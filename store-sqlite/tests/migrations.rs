@@ -224,3 +224,31 @@ async fn a_relay_exception_from_before_the_upgrade_is_not_raised_twice() {
     assert_eq!(all.len(), 1);
     assert_eq!(all[0].event_id, Some(event_id.to_string()));
 }
+
+/// The audit readers never migrate. A database an older release left (here at version
+/// 4) is refused when opened, naming its version, this build's and the command that
+/// upgrades it, instead of failing later on a column it does not have yet.
+#[tokio::test]
+async fn the_audit_reader_refuses_a_database_behind_naming_outbox_migrate() {
+    let dir = TempDir::new().unwrap();
+    let config = SqliteConfig::new(dir.path().join("outbox.db"));
+    {
+        let conn = connect(&config).unwrap();
+        for sql in UP_TO_4 {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 4).unwrap();
+    }
+    let err = outbox_store_sqlite::SqliteAuditReader::open(&config)
+        .await
+        .expect_err("a database at version 4 opened for the audit");
+    let text = err.to_string();
+    assert!(
+        text.contains("version 4") && text.contains("outbox migrate"),
+        "{text}"
+    );
+    drop(SqliteStore::open(config.clone()).await.unwrap());
+    outbox_store_sqlite::SqliteAuditReader::open(&config)
+        .await
+        .expect("opened once migrated");
+}

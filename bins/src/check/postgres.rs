@@ -57,12 +57,6 @@ fn storage(e: sqlx::Error) -> Error {
     map_error(e)
 }
 
-/// The newest migration this build knows (the store's own migrations, embedded).
-fn current_migration() -> i64 {
-    let migrator: sqlx::migrate::Migrator = sqlx::migrate!("../store-postgres/migrations");
-    migrator.iter().map(|m| m.version).max().unwrap_or(0)
-}
-
 async fn attempt(tx: &mut PgConnection, sql: &str, key: &str) -> Result<Attempt> {
     // A savepoint per attempt: a refusal aborts only it, not the check's transaction.
     sqlx::query("SAVEPOINT outbox_check")
@@ -228,7 +222,7 @@ impl Db for PgDb {
         };
         Ok(Migration {
             applied,
-            current: current_migration(),
+            current: outbox_store_postgres::current_schema_version(),
         })
     }
 
