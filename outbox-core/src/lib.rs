@@ -29,8 +29,8 @@ pub use fanout::{
     PublisherCapabilities, ReplayRequest, StoredMessage, Subscriber,
 };
 pub use inbox::{
-    Accepted, Claim, GapAlarm, Handler, HeldGap, HoldResult, Inbox, InboxEngine, InboxMessage,
-    MessageKind,
+    Accepted, Claim, GapAlarm, Handler, HeldGap, HeldMessage, HoldResult, Inbox, InboxEngine,
+    InboxMessage, MessageKind,
 };
 pub use ledger::{
     BalanceDate, Balances, BulkItem, Ledger, LedgerCapabilities, LedgerTransaction, PostOutcome,

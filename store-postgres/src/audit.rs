@@ -7,9 +7,9 @@
 //! `fanout_messages`, `fanout_dead_letters` and `inbox_held` have no index to use and
 //! scan those tables; the others use the tables' keys and indexes.
 
-use chrono::{DateTime, Utc};
+use outbox_core::reconcile::sequences::AppliedMarker;
 use outbox_core::{
-    Account, DeadLetter, DeliveryRecord, EventId, Exception, MessageKind, OutboxEvent,
+    Account, DeadLetter, DeliveryRecord, EventId, Exception, HeldMessage, MessageKind, OutboxEvent,
     StoredMessage,
 };
 use sqlx::postgres::PgRow;
@@ -22,37 +22,6 @@ use crate::exceptions::{exception_from_row, select_exceptions};
 use crate::fanout::{corrupt, message_from_row, u64_column};
 use crate::fanout_dead_letters::letter_from_row;
 use crate::store::{delivery_from_row, event_from_row};
-
-/// A consumer's processed marker for one instruction (`inbox_messages`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InboxMarker {
-    /// The consumer that processed it.
-    pub consumer: String,
-    /// The account whose sequence ordered it.
-    pub account: Account,
-    /// Its per-account sequence.
-    pub sequence: u64,
-    /// What it was processed as: committed, reverted or rejected.
-    pub kind: MessageKind,
-    /// When the consumer's transaction marked it (its start: `now()`).
-    pub applied_at: DateTime<Utc>,
-}
-
-/// A message waiting in a consumer's gap queue (`inbox_held`). The row is deleted when
-/// the message is released, so only holds still in place are seen.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeldMessage {
-    /// The consumer holding it.
-    pub consumer: String,
-    /// The account whose gap it waits behind.
-    pub account: Account,
-    /// Its per-account sequence.
-    pub sequence: u64,
-    /// What it reports: committed, reverted or rejected.
-    pub kind: MessageKind,
-    /// When it was put in the gap queue.
-    pub held_at: DateTime<Utc>,
-}
 
 /// Read-only lookups on an existing outbox, fan-out or consumer schema.
 #[derive(Debug, Clone)]
@@ -226,7 +195,7 @@ impl PgAuditReader {
     pub async fn inbox_markers(
         &self,
         instruction_id: &str,
-    ) -> outbox_core::Result<Vec<InboxMarker>> {
+    ) -> outbox_core::Result<Vec<AppliedMarker>> {
         // Through the primary key (consumer, instruction_id), one consumer at a time.
         let rows = sqlx::query(
             "SELECT consumer, account, sequence, kind, applied_at FROM inbox_messages
@@ -240,7 +209,8 @@ impl PgAuditReader {
         .storage()?;
         rows.iter()
             .map(|row| {
-                Ok(InboxMarker {
+                Ok(AppliedMarker {
+                    instruction_id: instruction_id.to_owned(),
                     consumer: row.get("consumer"),
                     account: account_column(row, "inbox_messages.account")?,
                     sequence: u64_column("inbox_messages.sequence", row.get("sequence"))?,

@@ -22,7 +22,7 @@ mod relay_lock;
 mod retention;
 mod store;
 
-pub use audit::{HeldMessage, InboxMarker, PgAuditReader};
+pub use audit::PgAuditReader;
 pub use config::PgConfig;
 pub use connection::{MIGRATIONS_TABLE, connect, current_schema_version, migrate};
 pub use enqueue::{EnqueueOptions, enqueue, enqueue_with};

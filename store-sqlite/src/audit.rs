@@ -11,10 +11,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use chrono::{DateTime, Utc};
+use outbox_core::reconcile::sequences::AppliedMarker;
 use outbox_core::{
-    Account, DeadLetter, DeliveryRecord, Error, ErrorKind, EventId, Exception, MessageKind,
-    OutboxEvent, StoredMessage,
+    Account, DeadLetter, DeliveryRecord, Error, ErrorKind, EventId, Exception, HeldMessage,
+    MessageKind, OutboxEvent, StoredMessage,
 };
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
@@ -25,37 +25,6 @@ use crate::fanout::{corrupt, message_from_row, unsigned};
 use crate::fanout_dead_letters::letter_from_row;
 use crate::store::{delivery_from_row, event_from_row};
 use crate::time;
-
-/// A consumer's processed marker for one instruction (`inbox_messages`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InboxMarker {
-    /// The consumer that processed it.
-    pub consumer: String,
-    /// The account whose sequence ordered it.
-    pub account: Account,
-    /// Its per-account sequence.
-    pub sequence: u64,
-    /// What it was processed as: committed, reverted or rejected.
-    pub kind: MessageKind,
-    /// When the consumer's transaction marked it (with the impact).
-    pub applied_at: DateTime<Utc>,
-}
-
-/// A message waiting in a consumer's gap queue (`inbox_held`). The row is deleted when
-/// the message is released, so only holds still in place are seen.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeldMessage {
-    /// The consumer holding it.
-    pub consumer: String,
-    /// The account whose gap it waits behind.
-    pub account: Account,
-    /// Its per-account sequence.
-    pub sequence: u64,
-    /// What it reports: committed, reverted or rejected.
-    pub kind: MessageKind,
-    /// When it was put in the gap queue.
-    pub held_at: DateTime<Utc>,
-}
 
 /// Read-only lookups on an existing SQLite outbox, fan-out or consumer database.
 #[derive(Debug, Clone)]
@@ -277,18 +246,19 @@ impl SqliteAuditReader {
     pub async fn inbox_markers(
         &self,
         instruction_id: &str,
-    ) -> outbox_core::Result<Vec<InboxMarker>> {
+    ) -> outbox_core::Result<Vec<AppliedMarker>> {
         let id = instruction_id.to_owned();
         self.run(move |conn| {
             // Through the primary key (consumer, instruction_id), one consumer at a time.
             let mut stmt = conn.prepare(
-                "SELECT consumer, account, sequence, kind, applied_at FROM inbox_messages
+                "SELECT consumer, account, sequence, kind, applied_at, instruction_id FROM inbox_messages
                  WHERE consumer IN (SELECT DISTINCT consumer FROM inbox_accounts)
                    AND instruction_id = ?1
                  ORDER BY applied_at, consumer",
             )?;
             let rows = stmt.query_map([id], |row| {
-                Ok(InboxMarker {
+                Ok(AppliedMarker {
+                    instruction_id: row.get(5)?,
                     consumer: row.get(0)?,
                     account: account_column(row, 1, "inbox_messages.account")?,
                     sequence: unsigned("inbox_messages.sequence", row.get(2)?)?,

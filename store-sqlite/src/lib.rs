@@ -18,7 +18,7 @@ mod store;
 mod time;
 mod wakeup;
 
-pub use audit::{HeldMessage, InboxMarker, SqliteAuditReader};
+pub use audit::SqliteAuditReader;
 pub use config::SqliteConfig;
 pub use connection::{connect, current_schema_version, migrate};
 pub use enqueue::enqueue;

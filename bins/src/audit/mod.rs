@@ -7,7 +7,6 @@
 
 mod findings;
 mod gather;
-pub mod records;
 mod report;
 mod text;
 

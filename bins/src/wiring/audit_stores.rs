@@ -2,11 +2,11 @@
 //! (`outbox_store_sqlite::SqliteAuditReader`) or PostgreSQL
 //! (`outbox_store_postgres::PgAuditReader`). Neither creates nor migrates anything.
 
+use outbox_core::reconcile::sequences::AppliedMarker;
 use outbox_core::{
-    Account, DeadLetter, DeliveryRecord, EventId, Exception, OutboxEvent, Result, StoredMessage,
+    Account, DeadLetter, DeliveryRecord, EventId, Exception, HeldMessage, OutboxEvent, Result,
+    StoredMessage,
 };
-
-use crate::audit::records::{HeldMessage, InboxMarker};
 
 use super::{Database, database};
 
@@ -90,33 +90,11 @@ impl AuditStore {
         each!(self, r => r.dead_letters(instruction_id).await)
     }
 
-    pub async fn inbox_markers(&self, instruction_id: &str) -> Result<Vec<InboxMarker>> {
-        each!(self, r => Ok(r
-            .inbox_markers(instruction_id)
-            .await?
-            .into_iter()
-            .map(|m| InboxMarker {
-                consumer: m.consumer,
-                account: m.account,
-                sequence: m.sequence,
-                kind: m.kind,
-                applied_at: m.applied_at,
-            })
-            .collect()))
+    pub async fn inbox_markers(&self, instruction_id: &str) -> Result<Vec<AppliedMarker>> {
+        each!(self, r => r.inbox_markers(instruction_id).await)
     }
 
     pub async fn held(&self, instruction_id: &str) -> Result<Vec<HeldMessage>> {
-        each!(self, r => Ok(r
-            .held(instruction_id)
-            .await?
-            .into_iter()
-            .map(|h| HeldMessage {
-                consumer: h.consumer,
-                account: h.account,
-                sequence: h.sequence,
-                kind: h.kind,
-                held_at: h.held_at,
-            })
-            .collect()))
+        each!(self, r => r.held(instruction_id).await)
     }
 }

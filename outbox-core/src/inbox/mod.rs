@@ -97,6 +97,23 @@ pub enum Claim {
     },
 }
 
+/// A message waiting in a consumer's gap queue, as an audit of its instruction reads
+/// it. The entry leaves the queue when the message is released, so only holds still in
+/// place are seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldMessage {
+    /// The consumer holding it.
+    pub consumer: String,
+    /// The account whose gap it waits behind.
+    pub account: Account,
+    /// Its per-account sequence.
+    pub sequence: u64,
+    /// What it reports: committed, reverted or rejected.
+    pub kind: MessageKind,
+    /// When it was put in the gap queue.
+    pub held_at: DateTime<Utc>,
+}
+
 /// The oldest held message of one account: the gap sits right before it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldGap {
