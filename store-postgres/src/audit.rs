@@ -21,6 +21,7 @@ use crate::error::PgResultExt;
 use crate::exceptions::{exception_from_row, select_exceptions};
 use crate::fanout::{corrupt, message_from_row, u64_column};
 use crate::fanout_dead_letters::letter_from_row;
+use crate::reconcile::sequences::marker_from_row;
 use crate::store::{delivery_from_row, event_from_row};
 
 /// Read-only lookups on an existing outbox, fan-out or consumer schema.
@@ -198,7 +199,7 @@ impl PgAuditReader {
     ) -> outbox_core::Result<Vec<AppliedMarker>> {
         // Through the primary key (consumer, instruction_id), one consumer at a time.
         let rows = sqlx::query(
-            "SELECT consumer, account, sequence, kind, applied_at FROM inbox_messages
+            "SELECT consumer, account, sequence, instruction_id, kind, applied_at FROM inbox_messages
              WHERE consumer IN (SELECT DISTINCT consumer FROM inbox_accounts)
                AND instruction_id = $1
              ORDER BY applied_at, consumer",
@@ -207,18 +208,7 @@ impl PgAuditReader {
         .fetch_all(&self.pool)
         .await
         .storage()?;
-        rows.iter()
-            .map(|row| {
-                Ok(AppliedMarker {
-                    instruction_id: instruction_id.to_owned(),
-                    consumer: row.get("consumer"),
-                    account: account_column(row, "inbox_messages.account")?,
-                    sequence: u64_column("inbox_messages.sequence", row.get("sequence"))?,
-                    kind: kind_column(row, "inbox_messages.kind")?,
-                    applied_at: row.get("applied_at"),
-                })
-            })
-            .collect()
+        rows.iter().map(marker_from_row).collect()
     }
 
     /// Every consumer's gap-queue entry for `instruction_id`.

@@ -23,6 +23,7 @@ use crate::error::SqliteResultExt;
 use crate::exceptions::{exception_from_row, select_exceptions};
 use crate::fanout::{corrupt, message_from_row, unsigned};
 use crate::fanout_dead_letters::letter_from_row;
+use crate::reconcile::sequences::marker_from_row;
 use crate::store::{delivery_from_row, event_from_row};
 use crate::time;
 
@@ -251,21 +252,12 @@ impl SqliteAuditReader {
         self.run(move |conn| {
             // Through the primary key (consumer, instruction_id), one consumer at a time.
             let mut stmt = conn.prepare(
-                "SELECT consumer, account, sequence, kind, applied_at, instruction_id FROM inbox_messages
+                "SELECT consumer, account, sequence, instruction_id, kind, applied_at FROM inbox_messages
                  WHERE consumer IN (SELECT DISTINCT consumer FROM inbox_accounts)
                    AND instruction_id = ?1
                  ORDER BY applied_at, consumer",
             )?;
-            let rows = stmt.query_map([id], |row| {
-                Ok(AppliedMarker {
-                    instruction_id: row.get(5)?,
-                    consumer: row.get(0)?,
-                    account: account_column(row, 1, "inbox_messages.account")?,
-                    sequence: unsigned("inbox_messages.sequence", row.get(2)?)?,
-                    kind: kind_column(row, 3, "inbox_messages.kind")?,
-                    applied_at: time::from_micros(row.get(4)?),
-                })
-            })?;
+            let rows = stmt.query_map([id], marker_from_row)?;
             rows.collect()
         })
         .await

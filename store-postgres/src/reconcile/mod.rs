@@ -11,7 +11,7 @@
 
 mod completeness;
 mod posted;
-mod sequences;
+pub(crate) mod sequences;
 
 /// A limit as a Postgres bigint (a `usize` beyond it means "no limit").
 fn limit_param(limit: usize) -> i64 {

@@ -28,7 +28,7 @@ macro_rules! markers_sql {
     };
 }
 
-fn marker_from_row(row: &PgRow) -> outbox_core::Result<AppliedMarker> {
+pub(crate) fn marker_from_row(row: &PgRow) -> outbox_core::Result<AppliedMarker> {
     let account: String = row.get("account");
     let kind: String = row.get("kind");
     Ok(AppliedMarker {

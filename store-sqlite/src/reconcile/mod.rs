@@ -10,7 +10,7 @@
 
 mod completeness;
 mod posted;
-mod sequences;
+pub(crate) mod sequences;
 
 /// Texts as one JSON array, for `IN (SELECT value FROM json_each(?))`: one statement
 /// for a whole batch, whatever its size.

@@ -26,7 +26,7 @@ macro_rules! markers_sql {
     };
 }
 
-fn marker_from_row(row: &Row<'_>) -> rusqlite::Result<AppliedMarker> {
+pub(crate) fn marker_from_row(row: &Row<'_>) -> rusqlite::Result<AppliedMarker> {
     let account: String = row.get(1)?;
     let kind: String = row.get(4)?;
     Ok(AppliedMarker {
