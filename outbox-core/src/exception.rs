@@ -321,6 +321,23 @@ pub struct Exception {
 }
 
 impl Exception {
+    /// The finding it records, as it was raised (its identity included).
+    pub fn finding(&self) -> NewException {
+        NewException {
+            source: self.source.clone(),
+            kind: self.kind,
+            severity: self.severity,
+            account: self.account.clone(),
+            sequence: self.sequence,
+            event_id: self.event_id.clone(),
+            ledger_tx: self.ledger_tx,
+            asset: self.asset.clone(),
+            ledger_amount: self.ledger_amount,
+            provider_amount: self.provider_amount,
+            detail: self.detail.clone(),
+        }
+    }
+
     /// Whether no resolution has been recorded for it.
     pub fn is_open(&self) -> bool {
         self.resolution.is_none()

@@ -1,7 +1,7 @@
 //! `outbox exceptions list | resolve`: the exception queue of an outbox or consumer
 //! database, and the append-only record that closes one exception (who, when, why).
 
-use outbox_core::{Error, Exception, ExceptionKind, ExceptionQuery, Result};
+use outbox_core::{Error, Exception, ExceptionKind, ExceptionQuery, NewException, Result};
 use serde_json::json;
 
 use crate::wiring;
@@ -146,27 +146,34 @@ async fn resolve(args: ResolveArgs) -> Result<()> {
 }
 
 fn to_json(e: &Exception) -> serde_json::Value {
+    let mut out = finding_json(&e.finding());
+    out["id"] = json!(e.id);
+    out["detected_at"] = json!(e.detected_at.to_rfc3339());
+    out["open"] = json!(e.is_open());
+    out["resolution"] = json!(e.resolution.as_ref().map(|r| json!({
+        "resolved_by": r.resolved_by,
+        "note": r.note,
+        "resolved_at": r.resolved_at.to_rfc3339(),
+    })));
+    out
+}
+
+/// What a finding names, as JSON: the same fields in `outbox exceptions list --json`
+/// and in `outbox reconcile … --json`.
+pub(crate) fn finding_json(f: &NewException) -> serde_json::Value {
     json!({
-        "id": e.id,
-        "source": e.source,
-        "kind": e.kind.as_str(),
-        "severity": e.severity.as_str(),
-        "account": e.account.as_str(),
-        "sequence": e.sequence,
-        "event_id": e.event_id,
-        "ledger_tx": e.ledger_tx,
-        "asset": e.asset,
+        "source": f.source,
+        "kind": f.kind.as_str(),
+        "severity": f.severity.as_str(),
+        "account": f.account.as_str(),
+        "sequence": f.sequence,
+        "event_id": f.event_id,
+        "ledger_tx": f.ledger_tx,
+        "asset": f.asset,
         // Strings: a JSON number would lose digits of an i128 in most readers.
-        "ledger_amount": e.ledger_amount.map(|a| a.to_string()),
-        "provider_amount": e.provider_amount.map(|a| a.to_string()),
-        "detail": e.detail,
-        "detected_at": e.detected_at.to_rfc3339(),
-        "open": e.is_open(),
-        "resolution": e.resolution.as_ref().map(|r| json!({
-            "resolved_by": r.resolved_by,
-            "note": r.note,
-            "resolved_at": r.resolved_at.to_rfc3339(),
-        })),
+        "ledger_amount": f.ledger_amount.map(|a| a.to_string()),
+        "provider_amount": f.provider_amount.map(|a| a.to_string()),
+        "detail": f.detail,
     })
 }
 

@@ -309,19 +309,7 @@ fn finding_line(f: &NewException, raised: bool) -> String {
 }
 
 fn finding_json(f: &NewException, raised: bool) -> serde_json::Value {
-    serde_json::json!({
-        "new": raised,
-        "source": f.source,
-        "kind": f.kind.as_str(),
-        "severity": f.severity.as_str(),
-        "account": f.account.as_str(),
-        "sequence": f.sequence,
-        "event_id": f.event_id,
-        "ledger_tx": f.ledger_tx,
-        "asset": f.asset,
-        // Strings: an i128 does not fit a JSON number every reader keeps exact.
-        "ledger_amount": f.ledger_amount.map(|a| a.to_string()),
-        "provider_amount": f.provider_amount.map(|a| a.to_string()),
-        "detail": f.detail,
-    })
+    let mut out = super::exceptions::finding_json(f);
+    out["new"] = serde_json::json!(raised);
+    out
 }
