@@ -113,11 +113,7 @@ async fn outbox_command(args: &[&str]) -> Measured {
 
 #[tokio::main]
 async fn main() {
-    let largest = Args::from_env().num("--events", 1_000_000);
-    let sizes: Vec<usize> = [largest / 10, largest / 3, largest]
-        .into_iter()
-        .filter(|n| *n > 0)
-        .collect();
+    let sizes = Args::from_env().growth("--events", 1_000_000);
     let dir = tempfile::TempDir::new().unwrap();
     println!(
         "outbox reconcile ledger over N events on 1,000 accounts (SQLite outbox; a listing ledger holding one transaction per event, served from the outbox file)"

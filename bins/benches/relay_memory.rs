@@ -71,11 +71,7 @@ async fn relay_once(database: &str, ledger_url: &str) -> (Duration, f64, String)
 
 #[tokio::main]
 async fn main() {
-    let largest = Args::from_env().num("--events", 1_000_000);
-    let sizes: Vec<usize> = [largest / 10, largest / 3, largest]
-        .into_iter()
-        .filter(|n| *n > 0)
-        .collect();
+    let sizes = Args::from_env().growth("--events", 1_000_000);
     let ledger = null_ledger().await;
     let dir = tempfile::TempDir::new().unwrap();
     println!(

@@ -38,4 +38,14 @@ impl Args {
             .filter(|l| !l.is_empty())
             .unwrap_or_else(|| default.to_vec())
     }
+
+    /// The sizes a growth benchmark runs: `name`'s value (or `default`) as the largest,
+    /// with a tenth and a third of it before, so a flat figure shows across 10×.
+    pub fn growth(&self, name: &str, default: usize) -> Vec<usize> {
+        let largest = self.num(name, default);
+        [largest / 10, largest / 3, largest]
+            .into_iter()
+            .filter(|n| *n > 0)
+            .collect()
+    }
 }
