@@ -17,6 +17,7 @@
 //! largest N, default 1,000,000; the two smaller sizes are N/10 and N/3).
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -27,6 +28,7 @@ use outbox_store_sqlite::{SqliteConfig, connect, enqueue};
 use outbox_testkit::bench_args::Args;
 use outbox_testkit::fixtures::settlement;
 use outbox_testkit::peak_rss::{Measured, run_measured};
+use rusqlite::Connection;
 use serde_json::{Value, json};
 
 const LEDGER: &str = "bench";
@@ -50,7 +52,7 @@ fn outbox(dir: &Path, n: usize) -> PathBuf {
 /// `{"$gt":{"id":N}}`, as the Formance client asks: the outbox's rows after N, each
 /// as the transaction the relay would have committed.
 async fn list(
-    State(path): State<PathBuf>,
+    State(conn): State<Arc<Mutex<Connection>>>,
     Query(params): Query<Vec<(String, String)>>,
     body: Bytes,
 ) -> axum::Json<Value> {
@@ -64,9 +66,9 @@ async fn list(
         .and_then(|f| f["$gt"]["id"].as_i64())
         .unwrap_or(0);
     let page = tokio::task::spawn_blocking(move || {
-        let conn = connect(&SqliteConfig::new(&path)).unwrap();
+        let conn = conn.lock().unwrap();
         let mut stmt = conn
-            .prepare("SELECT position, payload FROM outbox_events WHERE position > ?1 ORDER BY position LIMIT ?2")
+            .prepare_cached("SELECT position, payload FROM outbox_events WHERE position > ?1 ORDER BY position LIMIT ?2")
             .unwrap();
         let rows = stmt
             .query_map((after, page_size + 1), |r| {
@@ -94,11 +96,12 @@ async fn list(
     axum::Json(json!({"cursor": {"pageSize": page_size, "hasMore": has_more, "data": data}}))
 }
 
-/// The listing server over `path`; its base URL.
+/// The listing server over `path` (one connection for every page); its base URL.
 async fn mirror_ledger(path: PathBuf) -> String {
+    let conn = connect(&SqliteConfig::new(&path)).unwrap();
     let app = Router::new()
         .route(&format!("/v2/{LEDGER}/transactions"), get(list))
-        .with_state(path);
+        .with_state(Arc::new(Mutex::new(conn)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
