@@ -19,7 +19,7 @@ pub struct TcpForwarder {
 
 impl TcpForwarder {
     pub async fn start(target: SocketAddr) -> Arc<Self> {
-        let listen: SocketAddr = ([127, 0, 0, 1], crate::tansu::free_port()).into();
+        let listen: SocketAddr = ([127, 0, 0, 1], crate::ports::free_port()).into();
         let forwarder = Arc::new(Self {
             listen,
             target,

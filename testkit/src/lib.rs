@@ -15,6 +15,7 @@ pub mod harness;
 pub mod inbox_cases;
 pub mod null_ledger;
 pub mod peak_rss;
+pub mod ports;
 pub mod raw_drain;
 pub mod reconcile_cases;
 pub mod store_cases;

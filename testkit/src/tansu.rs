@@ -8,13 +8,14 @@
 //! `rd_kafka_metadata_update_op`, cf. confluentinc/librdkafka#5280) when its metadata
 //! refresh met the restarted broker while the topic did not exist yet.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::forwarder::TcpForwarder;
+use crate::ports::free_port;
 
 /// A private broker.
 #[derive(Debug)]
@@ -42,12 +43,6 @@ pub fn binary() -> Result<PathBuf, String> {
             binary.display()
         ))
     }
-}
-
-/// A loopback port nobody listens on right now.
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-    listener.local_addr().expect("local address").port()
 }
 
 impl OwnBroker {

@@ -28,7 +28,7 @@ use outbox_core::{EventId, LedgerCommand, Metadata, NewEvent, OutboxEvent, Rever
 use outbox_ledger_dev::{
     DevLedger, DevLedgerConfig, RunningDevLedger, WebhookBackoff, WebhookTarget,
 };
-use outbox_testkit::tansu::free_port;
+use outbox_testkit::ports::free_port;
 use outbox_transport_http::WEBHOOK_PATH;
 use serde_json::Value;
 

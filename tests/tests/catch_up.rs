@@ -27,7 +27,7 @@ use outbox_core::{EventId, Ledger, LedgerCommand, Metadata, NewEvent, RevertComm
 use outbox_ledger_dev::{
     DevLedger, DevLedgerConfig, RunningDevLedger, WebhookBackoff, WebhookTarget,
 };
-use outbox_testkit::tansu::free_port;
+use outbox_testkit::ports::free_port;
 use outbox_transport_http::WEBHOOK_PATH;
 
 /// The fan-out's own signing secret towards the consumer.

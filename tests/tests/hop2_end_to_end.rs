@@ -84,7 +84,7 @@ async fn relay_ledger_fanout_kafka_and_rabbitmq_to_two_treasuries() {
     let topic = format!("e2e-ledger-events-{suffix}");
     let exchange = format!("e2e-ledger-events-{suffix}");
     let amqp = format!("amqp://guest:guest@127.0.0.1:5672/%2f?exchange={exchange}&queues=4");
-    let fanout_port = outbox_testkit::tansu::free_port();
+    let fanout_port = outbox_testkit::ports::free_port();
 
     let ledger = DevLedger::start(DevLedgerConfig {
         webhooks: vec![WebhookTarget {

@@ -66,7 +66,7 @@ impl Destination for HttpDestination {
     }
 
     async fn faults(&self) -> Vec<InjectedFault> {
-        let closed: SocketAddr = ([127, 0, 0, 1], outbox_testkit::tansu::free_port()).into();
+        let closed: SocketAddr = ([127, 0, 0, 1], outbox_testkit::ports::free_port()).into();
         // A live subscriber that checks signatures, for the 401 case.
         let live = HttpSubscriber::bind(SubscriberConfig::new(([127, 0, 0, 1], 0).into(), SECRET))
             .await
@@ -112,7 +112,7 @@ impl TransportHarness for HttpHarness {
 
     async fn destination(&self, _restartable: bool) -> Result<Box<dyn Destination>, String> {
         let subscriber_addr: SocketAddr =
-            ([127, 0, 0, 1], outbox_testkit::tansu::free_port()).into();
+            ([127, 0, 0, 1], outbox_testkit::ports::free_port()).into();
         let forwarder = TcpForwarder::start(subscriber_addr).await;
         Ok(Box::new(HttpDestination {
             subscriber_addr,

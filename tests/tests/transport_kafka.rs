@@ -90,7 +90,7 @@ impl Destination for KafkaDestination {
     }
 
     async fn faults(&self) -> Vec<InjectedFault> {
-        let closed = format!("127.0.0.1:{}", outbox_testkit::tansu::free_port());
+        let closed = format!("127.0.0.1:{}", outbox_testkit::ports::free_port());
         let mut small = publisher(&self.brokers, &self.topic, Duration::from_secs(5));
         small
             .librdkafka

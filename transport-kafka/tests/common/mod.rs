@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use outbox_core::{Account, Error, ErrorKind, FanoutMessage, MessageKind, MessageSink, Result};
-pub use outbox_testkit::tansu::{OwnBroker, free_port};
+pub use outbox_testkit::ports::free_port;
+pub use outbox_testkit::tansu::OwnBroker;
 use outbox_transport_kafka::{SubscriberConfig, create_topic};
 
 pub const STEP: Duration = Duration::from_millis(50);
