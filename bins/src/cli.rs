@@ -1,16 +1,30 @@
-//! Command-line arguments. Every flag can also come from an `OUTBOX_`-prefixed variable.
+//! Command-line arguments. Most flags are configuration keys too (`crate::config`):
+//! the flags of relay, fanout and consume are shaped like their sections, so the
+//! flags layer of the configuration is the arguments serialized.
 
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use serde::Serialize;
 
 #[derive(Debug, Parser)]
 #[command(
     name = "outbox",
     version,
-    about = "Move payout instructions into the ledger exactly once, in per-account order"
+    about = "Move payout instructions into the ledger exactly once, in per-account order",
+    after_help = "Exit codes: 0 everything asked was done; 1 an unexpected failure; 2 bad \
+                  configuration, flags or input; 3 a service (database, ledger, broker) \
+                  could not be reached; 4 events left undelivered or accounts stopped; \
+                  5 a control or reconciliation found something a person must look at."
 )]
 pub struct Cli {
+    /// The configuration file (TOML; see outbox.example.toml). Values from
+    /// OUTBOX_-prefixed variables and from flags override it.
+    #[arg(long, global = true, env = "OUTBOX_CONFIG", value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Log lines on standard error: `text` (colours only on a terminal) or `json`.
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<crate::config::LogFormat>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -19,9 +33,9 @@ pub struct Cli {
 pub enum Command {
     /// Create or upgrade the outbox tables.
     Migrate {
-        /// Database URL: sqlite://PATH
-        #[arg(long, env = "OUTBOX_DATABASE")]
-        database: String,
+        /// Database URL: sqlite://PATH or postgres://… [config: database]
+        #[arg(long)]
+        database: Option<String>,
     },
     /// Enqueue payouts from a JSON-lines file, all in one transaction.
     ///
@@ -29,8 +43,9 @@ pub enum Command {
     /// "metadata"?, "event_id"?}. A bad line is reported with its number and nothing
     /// from the file is committed.
     Enqueue {
-        #[arg(long, env = "OUTBOX_DATABASE")]
-        database: String,
+        /// [config: database]
+        #[arg(long)]
+        database: Option<String>,
         /// The JSON-lines file ("-" for standard input).
         #[arg(long)]
         file: PathBuf,
@@ -62,6 +77,9 @@ pub enum Command {
     /// raises what it finds into the exception queue and exits non-zero if anything
     /// was found.
     Reconcile(Box<crate::commands::reconcile::ReconcileCli>),
+    /// The configuration: `show` prints every key's effective value, with secrets
+    /// redacted, and where it came from (default, file, variable).
+    Config(crate::commands::config::ConfigCli),
     /// The duplicate-post test: your payout payloads, as enqueue stores them, through
     /// six idempotency steps against a ledger of the probe's own.
     #[cfg(feature = "sqlite")]
@@ -84,74 +102,119 @@ impl Command {
     }
 }
 
-/// Where the Formance ledger is and how to reach it (the relay, the catch-up).
-#[derive(Debug, Clone, clap::Args)]
-pub struct LedgerArgs {
-    /// Formance API root without /v2, e.g. http://127.0.0.1:3068
-    #[arg(id = "ledger_url", long = "ledger-url", env = "OUTBOX_LEDGER_URL")]
-    pub url: String,
-    #[arg(id = "ledger_name", long = "ledger-name", env = "OUTBOX_LEDGER_NAME")]
-    pub name: String,
-    /// Bearer token for the ledger API, if it needs one.
-    #[arg(
-        id = "ledger_token",
-        long = "ledger-token",
-        env = "OUTBOX_LEDGER_TOKEN",
-        hide_env_values = true
-    )]
-    pub token: Option<String>,
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
-#[derive(Debug, Clone, clap::Args)]
+/// Where the Formance ledger is and how to reach it: the `[ledger]` keys as flags.
+/// Secrets are better given as `ledger.token_file` (or `OUTBOX_LEDGER__TOKEN_FILE`):
+/// a flag is visible to every user of the machine.
+#[derive(Debug, Clone, Default, clap::Args, Serialize)]
+pub struct LedgerArgs {
+    /// Formance API root without /v2, e.g. http://127.0.0.1:3068 [config: ledger.url]
+    #[arg(id = "ledger_url", long = "ledger-url")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// [config: ledger.name]
+    #[arg(id = "ledger_name", long = "ledger-name")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Bearer token for the ledger API, if it needs one. [config: ledger.token]
+    #[arg(id = "ledger_token", long = "ledger-token")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// A file holding the bearer token. [config: ledger.token_file]
+    #[arg(id = "ledger_token_file", long = "ledger-token-file")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+    /// Ledger request timeout, in milliseconds [default: 30000, config:
+    /// ledger.request_timeout_ms]
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_timeout_ms: Option<u64>,
+}
+
+/// `--admin-listen`: the `[admin]` keys as flags.
+#[derive(Debug, Clone, Default, clap::Args, Serialize)]
+pub struct AdminArgs {
+    /// Serve /metrics, /healthz and /readyz on this address (off unless set).
+    /// [config: admin.listen]
+    #[arg(id = "admin_listen", long = "admin-listen")]
+    #[serde(rename = "listen", skip_serializing_if = "Option::is_none")]
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+#[derive(Debug, Clone, clap::Args, Serialize)]
 pub struct RelayArgs {
-    #[arg(long, env = "OUTBOX_DATABASE")]
-    pub database: String,
+    /// The outbox database: sqlite://PATH or postgres://… [config: database]
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database: Option<String>,
     #[command(flatten)]
     pub ledger: LedgerArgs,
-    /// Create the ledger if it does not exist.
-    #[arg(long)]
-    pub create_ledger: bool,
+    #[command(flatten)]
+    pub relay: RelayFlags,
+    #[command(flatten)]
+    pub admin: AdminArgs,
     /// Drain what is committed, then exit (instead of running as a daemon).
     #[arg(long)]
+    #[serde(skip)]
     pub once: bool,
-    /// Name of this relay; its cursor is kept under this name.
-    #[arg(long, default_value = "relay")]
-    pub name: String,
-    /// Events read per batch.
-    #[arg(long, default_value_t = 500)]
-    pub batch_size: usize,
-    /// Post one event per request instead of bulk.
-    #[arg(long)]
-    pub no_bulk: bool,
-    /// Ledger requests in flight at once.
-    #[arg(long, default_value_t = 8)]
-    pub parallel: usize,
-    /// Longest idle wait between polls, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
-    pub poll_interval_ms: u64,
-    /// Ledger request timeout, in milliseconds.
-    #[arg(long, default_value_t = 30_000)]
-    pub request_timeout_ms: u64,
-    /// Give up on an event after this many transient failures (default: 30 with --once, never otherwise).
-    #[arg(long)]
-    pub max_attempts: Option<u32>,
-    /// Read the outbox through PostgreSQL logical replication (slot and publication
-    /// `outbox_<name>`) instead of polling.
-    #[arg(long, conflicts_with = "partitions")]
-    pub cdc: bool,
-    /// Run as one of several relay processes sharing N partitions of the accounts
-    /// (PostgreSQL; daemon mode only). Every member must use the same N and --name.
-    #[arg(long, conflicts_with = "once")]
-    pub partitions: Option<u32>,
-    /// With --partitions: how often ownership is checked and rebalanced; bounds how
-    /// long a dead member's partitions wait for a new owner.
-    #[arg(long, default_value_t = 500)]
-    pub partition_check_ms: u64,
     /// With --partitions: when the database holds another partition count for this
     /// relay (or it ran as a single relay), start a new layout with N partitions, each
     /// resuming at the lowest cursor it merges. Refused while other members run.
-    #[arg(long, requires = "partitions")]
+    #[arg(long)]
+    #[serde(skip)]
     pub repartition: bool,
+}
+
+/// The `[relay]` keys as flags (defaults in brackets).
+#[derive(Debug, Clone, clap::Args, Serialize)]
+pub struct RelayFlags {
+    /// Create the ledger if it does not exist.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "is_false")]
+    pub create_ledger: bool,
+    /// Name of this relay; its cursor is kept under this name [relay].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Events read per batch [500].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<usize>,
+    /// Post one event per request instead of bulk.
+    #[arg(long)]
+    #[serde(skip)]
+    pub no_bulk: bool,
+    /// Ledger requests in flight at once [8].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<usize>,
+    /// Longest idle wait between polls, in milliseconds [1000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poll_interval_ms: Option<u64>,
+    /// Give up on an event after this many transient failures (default: 30 with
+    /// --once, never otherwise).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    /// Read the outbox through PostgreSQL logical replication (slot and publication
+    /// `outbox_<name>`) instead of polling.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "is_false")]
+    pub cdc: bool,
+    /// Run as one of several relay processes sharing N partitions of the accounts
+    /// (PostgreSQL; daemon mode only). Every member must use the same N and --name.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<u32>,
+    /// With --partitions: how often ownership is checked and rebalanced, in
+    /// milliseconds [500]; bounds how long a dead member's partitions wait.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition_check_ms: Option<u64>,
 }
 
 /// `outbox fanout`: the intake and the loops, or one of its subcommands.
@@ -160,7 +223,7 @@ pub struct RelayArgs {
 pub struct FanoutCli {
     #[command(subcommand)]
     pub command: Option<FanoutCommand>,
-    /// Present when no subcommand is given (clap then requires its arguments).
+    /// Present when no subcommand is given.
     #[command(flatten)]
     pub run: Option<FanoutArgs>,
 }
@@ -168,8 +231,9 @@ pub struct FanoutCli {
 #[derive(Debug, Clone, clap::Args)]
 pub struct CatchUpArgs {
     /// The fan-out store: sqlite://PATH or postgres://…[?schema=NAME]
-    #[arg(long, env = "OUTBOX_DATABASE")]
-    pub database: String,
+    /// [config: fanout.database]
+    #[arg(long)]
+    pub database: Option<String>,
     #[command(flatten)]
     pub ledger: LedgerArgs,
     /// Rescan from this log id (inclusive) instead of the checkpoint; the checkpoint
@@ -181,58 +245,81 @@ pub struct CatchUpArgs {
     pub json: bool,
 }
 
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, clap::Args, Serialize)]
 pub struct FanoutArgs {
-    /// Where the ledger POSTs its webhooks (path /webhooks/ledger).
-    #[arg(long, env = "OUTBOX_FANOUT_LISTEN", default_value = "127.0.0.1:8091")]
-    pub listen: std::net::SocketAddr,
+    #[command(flatten)]
+    pub fanout: FanoutFlags,
+    // Catch up from this ledger's log: at start and every --catch-up-interval-secs,
+    // append what the webhooks never brought. `--ledger-url` here turns catch-up on
+    // (in the configuration: `fanout.catch_up = true` with `[ledger]`).
+    #[command(flatten)]
+    pub ledger: LedgerArgs,
+    #[command(flatten)]
+    pub admin: AdminArgs,
+}
+
+/// The `[fanout]` keys as flags (defaults in brackets).
+#[derive(Debug, Clone, clap::Args, Serialize)]
+pub struct FanoutFlags {
+    /// Where the ledger POSTs its webhooks (path /webhooks/ledger) [127.0.0.1:8091].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<std::net::SocketAddr>,
     /// The fan-out store: sqlite://PATH or postgres://…[?schema=NAME]
-    #[arg(long, env = "OUTBOX_DATABASE")]
-    pub database: String,
-    /// The ledger's webhook secret (verifies formance-webhook-signature).
-    #[arg(long, env = "OUTBOX_WEBHOOK_SECRET", hide_env_values = true)]
-    pub secret: String,
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database: Option<String>,
+    /// The ledger's webhook secret (verifies formance-webhook-signature); better as
+    /// fanout.secret_file.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// A file holding the ledger's webhook secret.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_file: Option<PathBuf>,
     /// During a secret rotation, the secret being replaced: deliveries signed with it
     /// are accepted too. Remove it once the ledger signs with --secret only.
-    #[arg(long, env = "OUTBOX_WEBHOOK_PREVIOUS_SECRET", hide_env_values = true)]
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub previous_secret: Option<String>,
-    /// Oldest signature timestamp accepted, in seconds.
-    #[arg(long, default_value_t = 300)]
-    pub tolerance_secs: u64,
+    /// Oldest signature timestamp accepted, in seconds [300].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tolerance_secs: Option<u64>,
     /// A destination; repeat for several, each with its own cursor:
     /// kafka://HOST:PORT[,HOST:PORT...]/TOPIC[?partitions=N],
     /// amqp://USER:PASS@HOST:PORT/VHOST?exchange=NAME[&queues=N],
     /// http(s)://HOST/PATH (signed with --publish-secret).
-    #[arg(long = "to", required = true)]
+    #[arg(long = "to")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub to: Vec<String>,
     /// Our own signing secret for HTTP destinations.
-    #[arg(long, env = "OUTBOX_PUBLISH_SECRET", hide_env_values = true)]
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub publish_secret: Option<String>,
-    /// Messages read and sent per round (RabbitMQ and HTTP destinations).
-    #[arg(long, default_value_t = 1000)]
-    pub batch_size: usize,
-    /// The same for Kafka destinations, whose idempotent producer pipelines in order.
-    #[arg(long, default_value_t = 5000)]
-    pub pipelined_batch_size: usize,
-    /// Longest idle wait between polls of the store, in milliseconds.
-    #[arg(long, default_value_t = 500)]
-    pub poll_interval_ms: u64,
-    /// Catch up from this ledger's log (Formance API root without /v2): at start and
-    /// every --catch-up-interval-secs, append what the webhooks never brought.
-    #[arg(long, env = "OUTBOX_LEDGER_URL", requires = "ledger_name")]
-    pub ledger_url: Option<String>,
-    #[arg(long, env = "OUTBOX_LEDGER_NAME")]
-    pub ledger_name: Option<String>,
-    /// Bearer token for the ledger API, if it needs one.
-    #[arg(long, env = "OUTBOX_LEDGER_TOKEN", hide_env_values = true)]
-    pub ledger_token: Option<String>,
-    /// With --ledger-url: seconds between two catch-ups.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
-    pub catch_up_interval_secs: u64,
-    /// With --ledger-url: log entries younger than this many seconds are left to their
-    /// webhooks (normally a moment behind the log) until a later catch-up.
-    #[arg(long, default_value_t = 10)]
-    pub catch_up_settle_secs: u64,
+    /// Messages read and sent per round (RabbitMQ and HTTP destinations) [1000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<usize>,
+    /// The same for Kafka destinations, whose idempotent producer pipelines in order
+    /// [5000].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipelined_batch_size: Option<usize>,
+    /// Longest idle wait between polls of the store, in milliseconds [500].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poll_interval_ms: Option<u64>,
+    /// With a ledger: seconds between two catch-ups [60].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub catch_up_interval_secs: Option<u64>,
+    /// With a ledger: log entries younger than this many seconds are left to their
+    /// webhooks (normally a moment behind the log) until a later catch-up [10].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub catch_up_settle_secs: Option<u64>,
 }
 
 /// `outbox fanout` subcommands (without one, `outbox fanout` runs the daemon).
@@ -248,24 +335,39 @@ pub enum FanoutCommand {
     Replay(crate::commands::fanout_replay::ReplayArgs),
 }
 
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, clap::Args, Serialize)]
 pub struct ConsumeArgs {
+    #[command(flatten)]
+    pub consume: ConsumeFlags,
+    #[command(flatten)]
+    pub admin: AdminArgs,
+}
+
+/// The `[consume]` keys as flags (defaults in brackets).
+#[derive(Debug, Clone, clap::Args, Serialize)]
+pub struct ConsumeFlags {
     /// The source: kafka://HOST:PORT/TOPIC[?group=G], amqp://…?exchange=NAME[&queues=N],
     /// or http://LISTEN_ADDR (the HTTP receiver for an `outbox fanout --to http…`).
     #[arg(long)]
-    pub from: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
     /// The consumer database (inbox + treasury table): sqlite://PATH or postgres://…[?schema=NAME]
-    #[arg(long, env = "OUTBOX_DATABASE")]
-    pub database: String,
-    /// The consumer's name: its inbox and, on Kafka, its consumer group.
-    #[arg(long, default_value = "treasury")]
-    pub name: String,
-    /// Secret of an http:// source (the fan-out's --publish-secret).
-    #[arg(long, env = "OUTBOX_PUBLISH_SECRET", hide_env_values = true)]
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database: Option<String>,
+    /// The consumer's name: its inbox and, on Kafka, its consumer group [treasury].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Secret of an http:// source (the fan-out's --publish-secret); better as
+    /// consume.secret_file.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
-    /// Raise a gap alarm when a held message waits longer than this, in seconds.
-    #[arg(long, default_value_t = 300)]
-    pub gap_alarm_secs: u64,
+    /// Raise a gap alarm when a held message waits longer than this, in seconds [300].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gap_alarm_secs: Option<u64>,
 }
 
 /// `90d`, `36h`, `45m`, `30s`: a whole number and a unit.

@@ -5,8 +5,11 @@ pub mod audit;
 pub mod check;
 pub mod cli;
 pub mod commands;
+pub mod config;
 pub mod consumer;
 #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
 pub mod demo;
+pub mod exit;
+pub mod logging;
 pub mod probe;
 pub mod wiring;

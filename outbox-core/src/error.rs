@@ -39,6 +39,9 @@ pub enum ErrorKind {
     /// The adapter does not offer this operation (a trait method it left at its
     /// default); permanent.
     Unsupported,
+    /// The command ran to its end but did not do everything it was asked: events left
+    /// undelivered, accounts stopped. What is left is named beside the error.
+    Incomplete,
 }
 
 /// What a caller may do about an error.

@@ -26,12 +26,68 @@ pub const MIGRATIONS_TABLE: &str = "outbox_schema_migrations";
 /// server cannot be reached) otherwise.
 pub async fn connect(config: &PgConfig) -> Result<PgPool> {
     let options = config.connect_options()?;
-    PgPoolOptions::new()
+    let pool = PgPoolOptions::new()
         .max_connections(config.max_connections)
         .acquire_timeout(config.acquire_timeout)
-        .connect_with(options)
-        .await
-        .storage()
+        .connect_with(options.clone())
+        .await;
+    match pool {
+        Ok(pool) => Ok(pool),
+        // The pool retried until its timeout and kept only "pool timed out": one
+        // direct attempt recovers the cause (refused, unknown host, bad password).
+        Err(sqlx::Error::PoolTimedOut) => Err(unreachable(&options, config).await),
+        Err(other) => Err(map_error(other)),
+    }
+    .map_err(|e| {
+        e.with(
+            "server",
+            format!("{}:{}", options.get_host(), options.get_port()),
+        )
+    })
+}
+
+/// Why the server at `options` cannot be reached, naming it.
+async fn unreachable(
+    options: &sqlx::postgres::PgConnectOptions,
+    config: &PgConfig,
+) -> outbox_core::Error {
+    let server = format!("{}:{}", options.get_host(), options.get_port());
+    let attempt = tokio::time::timeout(
+        config.acquire_timeout,
+        sqlx::PgConnection::connect_with(options),
+    )
+    .await;
+    let (kind, cause, transient) = match attempt {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            (
+                outbox_core::ErrorKind::Storage,
+                "the server accepted a connection only after the pool gave up".to_owned(),
+                true,
+            )
+        }
+        Ok(Err(err)) => {
+            let error = map_error(err);
+            let transient = matches!(error.retry(), outbox_core::Retry::Transient { .. });
+            let cause = error.message().trim_start_matches("postgres: ").to_owned();
+            (error.kind().clone(), cause, transient)
+        }
+        Err(_) => (
+            outbox_core::ErrorKind::Storage,
+            format!("no answer within {:?}", config.acquire_timeout),
+            true,
+        ),
+    };
+    let error = outbox_core::Error::new(
+        kind,
+        format!("cannot connect to PostgreSQL at {server}: {cause}"),
+    );
+    // A refused connection or a timeout may pass; a wrong password does not.
+    if transient {
+        error.transient(None)
+    } else {
+        error
+    }
 }
 
 /// Applies the migrations not yet applied, then makes sure the daily partitions from

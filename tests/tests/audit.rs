@@ -62,9 +62,9 @@ async fn audit(args: &[String]) -> Run {
             .arg("audit")
             .args(args)
             .env_remove("OUTBOX_DATABASE")
-            .env_remove("OUTBOX_LEDGER_URL")
-            .env_remove("OUTBOX_LEDGER_NAME")
-            .env_remove("OUTBOX_LEDGER_TOKEN")
+            .env_remove("OUTBOX_LEDGER__URL")
+            .env_remove("OUTBOX_LEDGER__NAME")
+            .env_remove("OUTBOX_LEDGER__TOKEN")
             .kill_on_drop(true)
             .output(),
     )

@@ -4,7 +4,7 @@
 //! store it was told to read that cannot be read.
 
 use outbox_core::{Error, ErrorKind, EventId, Result};
-use outbox_ledger_formance::{AuthConfig, FormanceConfig, FormanceLedger, Secret};
+use outbox_ledger_formance::FormanceLedger;
 
 use crate::audit::{self, Source, Sources};
 use crate::wiring;
@@ -14,16 +14,17 @@ pub struct AuditArgs {
     /// The outbox event id (the Idempotency-Key, the instruction id).
     pub event_id: String,
     /// The outbox database: sqlite://PATH or postgres://…[?schema=NAME]
-    #[arg(long, env = "OUTBOX_DATABASE")]
-    pub database: String,
+    #[arg(long)]
+    pub database: Option<String>,
     /// Read the ledger (Formance API root without /v2): the transaction carrying the
     /// event id, its revert, the rejection notice.
-    #[arg(long, env = "OUTBOX_LEDGER_URL", requires = "ledger_name")]
+    /// [config: ledger.url]
+    #[arg(long, requires = "ledger_name")]
     pub ledger_url: Option<String>,
-    #[arg(long, env = "OUTBOX_LEDGER_NAME")]
+    #[arg(long)]
     pub ledger_name: Option<String>,
     /// Bearer token for the ledger API, if it needs one.
-    #[arg(long, env = "OUTBOX_LEDGER_TOKEN", hide_env_values = true)]
+    #[arg(long)]
     pub ledger_token: Option<String>,
     /// The fan-out store (`outbox fanout --database`): the Hop 2 messages and cursors.
     #[arg(long)]
@@ -32,7 +33,7 @@ pub struct AuditArgs {
     #[arg(long)]
     pub consumer_database: Option<String>,
     /// Check the ledger's log hash chain from its first log to the event's entry.
-    #[arg(long, requires = "ledger_url")]
+    #[arg(long)]
     pub verify_log: bool,
     /// Print the report as one JSON object.
     #[arg(long)]
@@ -50,7 +51,8 @@ pub async fn run(args: AuditArgs) -> Result<()> {
             ),
         )
     })?;
-    let outbox = wiring::audit_store("--database", &args.database).await?;
+    let database = crate::config::outbox_database(args.database.as_deref())?;
+    let outbox = wiring::audit_store("--database", &database).await?;
     let fanout = match &args.fanout_database {
         Some(url) => Some(wiring::audit_store("--fanout-database", url).await?),
         None => None,
@@ -59,29 +61,30 @@ pub async fn run(args: AuditArgs) -> Result<()> {
         Some(url) => Some(wiring::audit_store("--consumer-database", url).await?),
         None => None,
     };
-    let ledger = match (&args.ledger_url, &args.ledger_name) {
-        (Some(url), Some(name)) => {
-            let mut config = FormanceConfig::new(url, name);
-            if let Some(token) = &args.ledger_token {
-                config.auth = AuthConfig::Bearer {
-                    token: Secret::new(token),
-                };
-            }
-            Some(
-                FormanceLedger::new(&config)
-                    .map_err(|e| e.with("flag", "--ledger-url / --ledger-name"))?,
-            )
-        }
-        _ => None,
+    let ledger_settings = crate::config::ledger_with(&crate::cli::LedgerArgs {
+        url: args.ledger_url.clone(),
+        name: args.ledger_name.clone(),
+        token: args.ledger_token.clone(),
+        ..Default::default()
+    });
+    let ledger = if ledger_settings.is_set() {
+        Some(FormanceLedger::new(&ledger_settings.formance_config()?)?)
+    } else if args.verify_log {
+        return Err(Error::invalid(
+            "verify_log",
+            "--verify-log reads the ledger's log: give --ledger-url and --ledger-name (or [ledger])",
+        ));
+    } else {
+        None
     };
     let sources = Sources {
         outbox: Source {
             reader: &outbox,
-            name: shown(&args.database),
+            name: shown(&database),
         },
         ledger: ledger
             .as_ref()
-            .zip(args.ledger_url.as_deref())
+            .zip(ledger_settings.url.as_deref())
             .map(|(reader, url)| Source {
                 reader,
                 name: shown(url),

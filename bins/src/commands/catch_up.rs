@@ -7,38 +7,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{CatchUp, FanoutMessage, FanoutStore, LedgerLogSource, Result, Wakeup};
-use outbox_ledger_formance::{
-    AuthConfig, FormanceConfig, FormanceLedger, FormanceLedgerLog, Secret,
-};
+use outbox_ledger_formance::{FormanceLedger, FormanceLedgerLog};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::cli::{CatchUpArgs, FanoutArgs};
+use crate::cli::CatchUpArgs;
+use crate::config::{LedgerSettings, Settings};
 use crate::wiring;
 
 /// The ledger's log through the Formance client (same auth and timeouts as the relay's).
-fn ledger_log(url: &str, name: &str, token: Option<&str>) -> Result<Arc<FormanceLedgerLog>> {
-    let mut config = FormanceConfig::new(url, name);
-    if let Some(token) = token {
-        config.auth = AuthConfig::Bearer {
-            token: Secret::new(token),
-        };
-    }
-    let client =
-        FormanceLedger::new(&config).map_err(|e| e.with("flag", "--ledger-url / --ledger-name"))?;
+fn ledger_log(ledger: &LedgerSettings) -> Result<Arc<FormanceLedgerLog>> {
+    let client = FormanceLedger::new(&ledger.formance_config()?)?;
     Ok(Arc::new(FormanceLedgerLog::new(Arc::new(client))))
 }
 
 /// `outbox fanout catch-up`: one run to the end of the log (no settle time: the
 /// operator asks for everything now); prints each appended message, then the report
 /// (or only the report, as JSON).
-pub async fn run_once(args: CatchUpArgs) -> Result<()> {
-    let log = ledger_log(
-        &args.ledger.url,
-        &args.ledger.name,
-        args.ledger.token.as_deref(),
-    )?;
-    let store = wiring::fanout_store(&args.database).await?;
+pub async fn run_once(args: CatchUpArgs, settings: &Settings) -> Result<()> {
+    let log = ledger_log(&settings.ledger)?;
+    let ledger_name = log.ledger().to_owned();
+    let database = crate::config::fanout_database(args.database.as_deref())?;
+    let store = wiring::fanout_store(&database).await?;
     let catch_up = CatchUp::new(store, log);
     let json = args.json;
     let mut print = |log_id: u64, message: &FanoutMessage| {
@@ -61,7 +51,7 @@ pub async fn run_once(args: CatchUpArgs) -> Result<()> {
         println!(
             "{}",
             serde_json::json!({
-                "ledger": args.ledger.name,
+                "ledger": ledger_name,
                 "after": report.after,
                 "through": report.through,
                 "logs": report.logs,
@@ -74,7 +64,7 @@ pub async fn run_once(args: CatchUpArgs) -> Result<()> {
     } else {
         println!(
             "catch-up {}: read {} log entries after {} through {}, {} messages: appended {}, duplicates {}; checkpoint {}",
-            args.ledger.name,
+            ledger_name,
             report.logs,
             report.after,
             report.through,
@@ -87,8 +77,9 @@ pub async fn run_once(args: CatchUpArgs) -> Result<()> {
     Ok(())
 }
 
-/// The periodic catch-up `outbox fanout --ledger-url` runs, checked before anything
-/// starts and spawned once the store and the loops' wake-up exist.
+/// The periodic catch-up `outbox fanout` runs with `fanout.catch_up` (or
+/// `--ledger-url`), checked before anything starts and spawned once the store and the
+/// loops' wake-up exist.
 pub struct Periodic {
     log: Arc<FormanceLedgerLog>,
     interval: Duration,
@@ -96,18 +87,18 @@ pub struct Periodic {
 }
 
 impl Periodic {
-    /// `None` without `--ledger-url`.
+    /// `None` unless `fanout.catch_up` is on.
     ///
     /// # Errors
-    /// A bad `--ledger-url` / `--ledger-name`, named.
-    pub fn from_args(args: &FanoutArgs) -> Result<Option<Self>> {
-        let (Some(url), Some(name)) = (&args.ledger_url, &args.ledger_name) else {
+    /// A missing or bad `ledger.url` / `ledger.name`, named.
+    pub fn from_settings(settings: &Settings) -> Result<Option<Self>> {
+        if !settings.fanout.catch_up {
             return Ok(None);
-        };
+        }
         Ok(Some(Self {
-            log: ledger_log(url, name, args.ledger_token.as_deref())?,
-            interval: Duration::from_secs(args.catch_up_interval_secs),
-            settle: Duration::from_secs(args.catch_up_settle_secs),
+            log: ledger_log(&settings.ledger)?,
+            interval: Duration::from_secs(settings.fanout.catch_up_interval_secs.max(1)),
+            settle: Duration::from_secs(settings.fanout.catch_up_settle_secs),
         }))
     }
 

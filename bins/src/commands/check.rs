@@ -11,8 +11,8 @@ use crate::probe::Target;
 #[derive(Debug, Clone, clap::Args)]
 pub struct CheckArgs {
     /// The outbox database: sqlite://PATH or postgres://…[?schema=NAME]
-    #[arg(long, env = "OUTBOX_DATABASE")]
-    pub database: String,
+    #[arg(long)]
+    pub database: Option<String>,
     /// The consumer's database (inbox tables), for checks 3 and 4.
     #[arg(long)]
     pub consumer_database: Option<String>,
@@ -41,7 +41,7 @@ pub struct CheckArgs {
 
 pub async fn run(args: CheckArgs) -> Result<()> {
     let options = CheckOptions {
-        database: args.database,
+        database: crate::config::outbox_database(args.database.as_deref())?,
         consumer_database: args.consumer_database,
         fanout_database: args.fanout_database,
         ledger: match args.ledger_url {

@@ -7,18 +7,26 @@ use std::sync::Arc;
 use outbox_core::{MessageSink, Result};
 
 use super::signal::stop_on_signal;
-use crate::cli::ConsumeArgs;
+use crate::config::{Settings, redact_url, required, resolve_secret};
 use crate::wiring;
 
-pub async fn run(args: ConsumeArgs) -> Result<()> {
+pub async fn run(settings: &Settings) -> Result<()> {
+    let args = &settings.consume;
+    let from = required("consume.from", args.from.as_deref())?;
+    let secret = resolve_secret(
+        "consume.secret",
+        args.secret.as_deref(),
+        args.secret_file.as_deref(),
+    )?;
+    let database = settings.consume_database()?;
     let gap_alarm = Duration::from_secs(args.gap_alarm_secs);
-    let treasury = wiring::treasury(&args.database, &args.name, gap_alarm).await?;
-    let subscriber = wiring::subscriber(&args.from, &args.name, args.secret.as_deref()).await?;
+    let treasury = wiring::treasury(&database, &args.name, gap_alarm).await?;
+    let subscriber = wiring::subscriber(from, &args.name, secret.as_deref()).await?;
     println!(
         "consume: {} from {} into {}",
         args.name,
         subscriber.describe,
-        redact(&args.database)
+        redact_url(&database)
     );
     let stopped = stop_on_signal("finishing the message in hand");
     let alarms = tokio::spawn(watch_gaps(treasury.clone(), gap_alarm));
@@ -57,15 +65,5 @@ async fn watch_gaps(treasury: wiring::Treasury, every: Duration) {
             }
             Err(e) => tracing::warn!(error = %e, "gap check failed"),
         }
-    }
-}
-
-fn redact(url: &str) -> String {
-    match url.split_once('@') {
-        Some((scheme_user, host)) => {
-            let scheme = scheme_user.split_once("://").map_or("", |(s, _)| s);
-            format!("{scheme}://…@{host}")
-        }
-        None => url.to_owned(),
     }
 }

@@ -27,8 +27,8 @@ pub enum ExceptionsCommand {
 #[derive(Debug, Clone, clap::Args)]
 pub struct ListArgs {
     /// The database holding the exceptions: sqlite://PATH or postgres://…[?schema=NAME]
-    #[arg(long, env = "OUTBOX_DATABASE")]
-    pub database: String,
+    #[arg(long)]
+    pub database: Option<String>,
     /// Only those nobody has resolved yet.
     #[arg(long)]
     pub open: bool,
@@ -50,8 +50,8 @@ pub struct ResolveArgs {
     /// Who resolves it (default: $USER).
     #[arg(long)]
     pub by: Option<String>,
-    #[arg(long, env = "OUTBOX_DATABASE")]
-    pub database: String,
+    #[arg(long)]
+    pub database: Option<String>,
 }
 
 pub async fn run(cli: ExceptionsCli) -> Result<()> {
@@ -85,7 +85,9 @@ async fn list(args: ListArgs) -> Result<()> {
         open_only: args.open,
         kinds: parse_kinds(&args.kinds)?,
     };
-    let store = wiring::database(&args.database)?.existing_store().await?;
+    let store = wiring::database(&crate::config::outbox_database(args.database.as_deref())?)?
+        .existing_store()
+        .await?;
     let exceptions = store.exceptions_matching(&query).await?;
     if args.json {
         for exception in &exceptions {
@@ -118,7 +120,9 @@ async fn resolve(args: ResolveArgs) -> Result<()> {
                 "a resolution records who resolved it: give --by NAME (or set $USER)",
             )
         })?;
-    let store = wiring::database(&args.database)?.existing_store().await?;
+    let store = wiring::database(&crate::config::outbox_database(args.database.as_deref())?)?
+        .existing_store()
+        .await?;
     let resolution = store.resolve_exception(args.id, &by, &args.note).await?;
     let exception = store
         .exceptions()

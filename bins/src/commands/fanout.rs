@@ -10,15 +10,16 @@ use tokio::task::JoinSet;
 
 use super::signal::stop_on_signal;
 use super::{catch_up, fanout_dead_letters, fanout_replay};
-use crate::cli::{FanoutArgs, FanoutCli, FanoutCommand};
+use crate::cli::{FanoutCli, FanoutCommand};
+use crate::config::{Settings, resolve_secret};
 use crate::wiring;
 
-pub async fn run(cli: FanoutCli) -> Result<()> {
+pub async fn run(cli: FanoutCli, settings: &Settings) -> Result<()> {
     match (cli.command, cli.run) {
-        (Some(FanoutCommand::CatchUp(args)), _) => catch_up::run_once(args).await,
+        (Some(FanoutCommand::CatchUp(args)), _) => catch_up::run_once(args, settings).await,
         (Some(FanoutCommand::DeadLetters(args)), _) => fanout_dead_letters::run(args).await,
         (Some(FanoutCommand::Replay(args)), _) => fanout_replay::run(args).await,
-        (None, Some(args)) => daemon(args).await,
+        (None, Some(_)) => daemon(settings).await,
         (None, None) => Err(Error::invalid(
             "fanout",
             "give the fan-out's arguments (--database, --secret, --to…) or a subcommand",
@@ -26,14 +27,37 @@ pub async fn run(cli: FanoutCli) -> Result<()> {
     }
 }
 
-async fn daemon(args: FanoutArgs) -> Result<()> {
+async fn daemon(settings: &Settings) -> Result<()> {
+    let args = &settings.fanout;
+    if args.to.is_empty() {
+        return Err(Error::invalid(
+            "fanout.to",
+            "no destination: give --to URL (repeatable) or fanout.to",
+        ));
+    }
+    let secret = resolve_secret(
+        "fanout.secret",
+        args.secret.as_deref(),
+        args.secret_file.as_deref(),
+    )?;
+    let secret = crate::config::required("fanout.secret", secret.as_deref())?.to_owned();
+    let previous_secret = resolve_secret(
+        "fanout.previous_secret",
+        args.previous_secret.as_deref(),
+        args.previous_secret_file.as_deref(),
+    )?;
+    let publish_secret = resolve_secret(
+        "fanout.publish_secret",
+        args.publish_secret.as_deref(),
+        args.publish_secret_file.as_deref(),
+    )?;
     // Two URLs for one destination would share a cursor: refused before anything starts.
     let names = wiring::distinct_destinations(&args.to)?;
-    let catch_up = catch_up::Periodic::from_args(&args)?;
-    let store = wiring::fanout_store(&args.database).await?;
+    let catch_up = catch_up::Periodic::from_settings(settings)?;
+    let store = wiring::fanout_store(&settings.fanout_database()?).await?;
     let mut publishers = Vec::new();
     for (to, name) in args.to.iter().zip(&names) {
-        let publisher = wiring::publisher(to, args.publish_secret.as_deref()).await?;
+        let publisher = wiring::publisher(to, publish_secret.as_deref()).await?;
         if publisher.name() != name {
             return Err(Error::new(
                 ErrorKind::Internal,
@@ -48,8 +72,8 @@ async fn daemon(args: FanoutArgs) -> Result<()> {
     let wakeup = Wakeup::new();
     let intake = wiring::start_intake(
         args.listen,
-        &args.secret,
-        args.previous_secret.as_deref(),
+        &secret,
+        previous_secret.as_deref(),
         Duration::from_secs(args.tolerance_secs),
         store.clone(),
         wakeup.clone(),

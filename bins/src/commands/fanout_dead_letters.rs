@@ -11,8 +11,8 @@ use crate::wiring;
 #[derive(Debug, Clone, clap::Args)]
 pub struct DeadLettersArgs {
     /// The fan-out store: sqlite://PATH or postgres://…[?schema=NAME]
-    #[arg(long, env = "OUTBOX_DATABASE")]
-    pub database: String,
+    #[arg(long)]
+    pub database: Option<String>,
     /// Only this destination (a `--to` URL of `outbox fanout`).
     #[arg(long)]
     pub to: Option<String>,
@@ -35,7 +35,8 @@ pub async fn run(args: DeadLettersArgs) -> Result<()> {
         .as_deref()
         .map(|a| Account::parse(a).map_err(|e| e.with("field", "account")))
         .transpose()?;
-    let store = wiring::fanout_store(&args.database).await?;
+    let store =
+        wiring::fanout_store(&crate::config::fanout_database(args.database.as_deref())?).await?;
     let letters = read_all(store.as_ref(), destination.as_deref(), account.as_ref()).await?;
     let mut by_destination: BTreeMap<String, Vec<DeadLetter>> = BTreeMap::new();
     for letter in letters {

@@ -11,8 +11,8 @@ use crate::wiring;
 #[command(group = clap::ArgGroup::new("which").required(true).args(["account", "all_parked"]))]
 pub struct ReplayArgs {
     /// The fan-out store: sqlite://PATH or postgres://…[?schema=NAME]
-    #[arg(long, env = "OUTBOX_DATABASE")]
-    pub database: String,
+    #[arg(long)]
+    pub database: Option<String>,
     /// The destination (a `--to` URL of `outbox fanout`), once it accepts the messages.
     #[arg(long)]
     pub to: String,
@@ -32,7 +32,8 @@ pub async fn run(args: ReplayArgs) -> Result<()> {
         }
         None => Vec::new(),
     };
-    let store = wiring::fanout_store(&args.database).await?;
+    let store =
+        wiring::fanout_store(&crate::config::fanout_database(args.database.as_deref())?).await?;
     let states = store.dead_letter_accounts(&destination).await?;
     let accounts = if args.all_parked {
         let parked: Vec<Account> = states

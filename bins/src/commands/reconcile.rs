@@ -40,8 +40,8 @@ pub enum ReconcileCommand {
 #[derive(Debug, Clone, clap::Args)]
 pub struct SequencesArgs {
     /// The consumer database (its inbox): sqlite://PATH or postgres://…[?schema=NAME]
-    #[arg(long, env = "OUTBOX_DATABASE")]
-    pub database: String,
+    #[arg(long)]
+    pub database: Option<String>,
     /// A held gap older than this many seconds is an exception (younger ones are
     /// messages on their way and only reported).
     #[arg(long, default_value_t = 300)]
@@ -57,8 +57,8 @@ pub struct SequencesArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct LedgerCheckArgs {
     /// The outbox database: sqlite://PATH or postgres://…[?schema=NAME]
-    #[arg(long, env = "OUTBOX_DATABASE")]
-    pub database: String,
+    #[arg(long)]
+    pub database: Option<String>,
     #[command(flatten)]
     pub ledger: LedgerArgs,
     /// The checkpoint's name (default: the ledger's name).
@@ -79,8 +79,8 @@ pub struct LedgerCheckArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct BalancesArgs {
     /// The outbox database: the exception queue, and the events posted before each drift.
-    #[arg(long, env = "OUTBOX_DATABASE")]
-    pub database: String,
+    #[arg(long)]
+    pub database: Option<String>,
     #[command(flatten)]
     pub ledger: LedgerArgs,
     /// The provider's statement: a CSV file (account,asset,balance,as_of) or an ISO
@@ -114,7 +114,8 @@ pub async fn run(cli: ReconcileCli) -> Result<()> {
 }
 
 async fn sequences(args: SequencesArgs) -> Result<()> {
-    let db = wiring::reconcile_database("--database", &args.database).await?;
+    let database = crate::config::consume_database(args.database.as_deref())?;
+    let db = wiring::reconcile_database("--database", &database).await?;
     let check = SequenceCheck {
         page_size: args.page_size as usize,
         gap_alarm_after: Duration::from_secs(args.gap_alarm_secs),
@@ -144,10 +145,13 @@ async fn sequences(args: SequencesArgs) -> Result<()> {
 }
 
 async fn ledger(args: LedgerCheckArgs) -> Result<()> {
-    let db = wiring::reconcile_database("--database", &args.database).await?;
+    let database = crate::config::outbox_database(args.database.as_deref())?;
+    let db = wiring::reconcile_database("--database", &database).await?;
     let client = wiring::formance_client(&args.ledger)?;
     let check = CompletenessCheck {
-        name: args.checkpoint.unwrap_or_else(|| args.ledger.name.clone()),
+        name: args
+            .checkpoint
+            .unwrap_or_else(|| client.ledger_name().to_owned()),
         page_size: args.page_size as usize,
         settle: Duration::from_secs(args.settle_secs),
         now: Utc::now(),
@@ -164,7 +168,8 @@ async fn ledger(args: LedgerCheckArgs) -> Result<()> {
 
 async fn balances(args: BalancesArgs) -> Result<()> {
     let statement = read_statement(&args.statement, args.mapping.as_deref())?;
-    let db = wiring::reconcile_database("--database", &args.database).await?;
+    let database = crate::config::outbox_database(args.database.as_deref())?;
+    let db = wiring::reconcile_database("--database", &database).await?;
     let client = wiring::formance_client(&args.ledger)?;
     let check = BalanceCheck {
         accounts: args.accounts,

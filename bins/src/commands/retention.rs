@@ -32,8 +32,8 @@ pub enum RetentionCommand {
 pub struct ApplyArgs {
     /// The database: sqlite://PATH or postgres://…[?schema=NAME] (outbox, fan-out
     /// store or consumer inbox, or several of them in one database).
-    #[arg(long, env = "OUTBOX_DATABASE")]
-    pub database: String,
+    #[arg(long)]
+    pub database: Option<String>,
     /// PostgreSQL outbox only: drop its daily partitions older than this (90d, 36h…)
     /// instead of the policy's keep; never shorter than the stored ledger retention.
     /// Without a stored policy only the outbox partitions are considered.
@@ -49,8 +49,8 @@ pub struct ApplyArgs {
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SetArgs {
-    #[arg(long, env = "OUTBOX_DATABASE")]
-    pub database: String,
+    #[arg(long)]
+    pub database: Option<String>,
     /// How long the records are kept: 400d, 36h, … or `forever`.
     #[arg(long)]
     pub keep: String,
@@ -65,8 +65,8 @@ pub struct SetArgs {
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ShowArgs {
-    #[arg(long, env = "OUTBOX_DATABASE")]
-    pub database: String,
+    #[arg(long)]
+    pub database: Option<String>,
     /// Print the policy as JSON (`null` when none is stored).
     #[arg(long)]
     pub json: bool,
@@ -96,7 +96,7 @@ async fn set(args: SetArgs) -> outbox_core::Result<()> {
     let keep = Keep::parse_field("keep", &args.keep)?;
     let ledger_keeps = Keep::parse_field("ledger_keeps", &args.ledger_keeps)?;
     let policy = RetentionPolicy::new(keep, ledger_keeps)?;
-    let stored = wiring::database(&args.database)?
+    let stored = wiring::database(&crate::config::outbox_database(args.database.as_deref())?)?
         .save_retention_policy(&policy, &who(args.by))
         .await?;
     println!("set {}", describe(&stored));
@@ -104,7 +104,7 @@ async fn set(args: SetArgs) -> outbox_core::Result<()> {
 }
 
 async fn show(args: ShowArgs) -> outbox_core::Result<()> {
-    let stored = wiring::database(&args.database)?
+    let stored = wiring::database(&crate::config::outbox_database(args.database.as_deref())?)?
         .load_retention_policy()
         .await?;
     match (stored, args.json) {
@@ -114,6 +114,8 @@ async fn show(args: ShowArgs) -> outbox_core::Result<()> {
         (None, false) => println!(
             "no retention policy stored in {}: nothing leaves by retention until `outbox retention set`",
             args.database
+                .as_deref()
+                .unwrap_or("the configured database")
         ),
     }
     Ok(())
@@ -128,7 +130,7 @@ async fn apply(args: ApplyArgs) -> outbox_core::Result<()> {
                 .map_err(|e| outbox_core::Error::invalid("older_than", e))
         })
         .transpose()?;
-    let db = wiring::database(&args.database)?;
+    let db = wiring::database(&crate::config::outbox_database(args.database.as_deref())?)?;
     let stored = db.load_retention_policy().await?;
     let report = db.apply_retention(&who(args.by), older_than).await?;
     if args.json {

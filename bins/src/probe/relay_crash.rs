@@ -75,6 +75,7 @@ impl RelayPath {
                 "OUTBOX_LOG",
                 std::env::var("OUTBOX_LOG").unwrap_or_else(|_| "error".to_owned()),
             )
+            .env_remove("OUTBOX_LEDGER__TOKEN")
             .env_remove("OUTBOX_LEDGER_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -82,7 +83,7 @@ impl RelayPath {
             .kill_on_drop(true);
         if let Some(token) = self.client.token() {
             // In the environment, not on a command line others can read.
-            command.env("OUTBOX_LEDGER_TOKEN", token);
+            command.env("OUTBOX_LEDGER__TOKEN", token);
         }
         command
     }

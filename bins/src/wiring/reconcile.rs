@@ -7,7 +7,7 @@ use outbox_core::reconcile::balances::PostedHistory;
 use outbox_core::reconcile::completeness::CompletenessStore;
 use outbox_core::reconcile::sequences::InboxSequences;
 use outbox_core::{Result, Store};
-use outbox_ledger_formance::{AuthConfig, FormanceConfig, FormanceLedger, Secret};
+use outbox_ledger_formance::FormanceLedger;
 
 use super::{Database, database};
 use crate::cli::LedgerArgs;
@@ -36,11 +36,5 @@ pub async fn reconcile_database(flag: &str, url: &str) -> Result<Arc<dyn Reconci
 
 /// The Formance client the ledger flags describe (bearer token if given).
 pub fn formance_client(args: &LedgerArgs) -> Result<FormanceLedger> {
-    let mut config = FormanceConfig::new(&args.url, &args.name);
-    if let Some(token) = &args.token {
-        config.auth = AuthConfig::Bearer {
-            token: Secret::new(token.clone()),
-        };
-    }
-    FormanceLedger::new(&config).map_err(|e| e.with("flag", "--ledger-url / --ledger-name"))
+    FormanceLedger::new(&crate::config::ledger_with(args).formance_config()?)
 }
