@@ -223,9 +223,9 @@ pub struct RelayFlags {
 pub struct FanoutCli {
     #[command(subcommand)]
     pub command: Option<FanoutCommand>,
-    /// Present when no subcommand is given.
+    /// The daemon's flags (all optional: the configuration can hold them).
     #[command(flatten)]
-    pub run: Option<FanoutArgs>,
+    pub run: FanoutArgs,
 }
 
 #[derive(Debug, Clone, clap::Args)]

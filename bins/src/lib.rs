@@ -12,4 +12,5 @@ pub mod demo;
 pub mod exit;
 pub mod logging;
 pub mod probe;
+pub mod progress;
 pub mod wiring;

@@ -442,30 +442,31 @@ async fn the_relay_reads_its_token_from_a_file_or_uses_oauth2_client_credentials
         stdout(&out),
         stderr(&out)
     );
-    let seen = seen.lock().unwrap();
-    let form = seen.token_forms.last().expect("a token request");
-    assert_eq!(
-        form.get("grant_type").map(String::as_str),
-        Some("client_credentials")
-    );
-    assert_eq!(
-        form.get("client_id").map(String::as_str),
-        Some("relay-client")
-    );
-    assert_eq!(
-        form.get("client_secret").map(String::as_str),
-        Some("cs-from-file")
-    );
-    assert_eq!(form.get("scope").map(String::as_str), Some("ledger:write"));
-    assert!(
-        seen.authorizations
-            .iter()
-            .all(|a| a == "Bearer issued-token"),
-        "{:?}",
-        seen.authorizations
-    );
-    assert!(!seen.authorizations.is_empty());
-    drop(seen);
+    {
+        let seen = seen.lock().unwrap();
+        let form = seen.token_forms.last().expect("a token request");
+        assert_eq!(
+            form.get("grant_type").map(String::as_str),
+            Some("client_credentials")
+        );
+        assert_eq!(
+            form.get("client_id").map(String::as_str),
+            Some("relay-client")
+        );
+        assert_eq!(
+            form.get("client_secret").map(String::as_str),
+            Some("cs-from-file")
+        );
+        assert_eq!(form.get("scope").map(String::as_str), Some("ledger:write"));
+        assert!(
+            seen.authorizations
+                .iter()
+                .all(|a| a == "Bearer issued-token"),
+            "{:?}",
+            seen.authorizations
+        );
+        assert!(!seen.authorizations.is_empty());
+    }
 
     // A token and OAuth2 at once is refused, naming both.
     let both = s.file(

@@ -44,6 +44,8 @@ fn outbox_and_a_dead_ledger() -> (tempfile::TempDir, String, String) {
         file.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // The progress bar is drawn only on a terminal: a pipe gets nothing.
+    assert!(out.stderr.is_empty(), "{:?}", stderr(&out));
     (dir, database, format!("http://127.0.0.1:{}", free_port()))
 }
 

@@ -19,6 +19,12 @@ pub(crate) fn retry_after(headers: &HeaderMap, now: DateTime<Utc>) -> Option<Dur
 /// The URL is left out of the message: it could carry credentials, and the caller's
 /// context names the endpoint.
 pub(crate) fn classify_transport(err: reqwest::Error, timeout_note: &str) -> Error {
+    // Only host and port leave: the URL may carry credentials, and the path is the
+    // `endpoint` the caller names.
+    let server = err.url().and_then(|url| {
+        url.host_str()
+            .map(|host| format!("{host}:{}", url.port_or_known_default().unwrap_or(0)))
+    });
     let err = err.without_url();
     let why = if err.is_builder() {
         NoAnswer::Unbuildable
@@ -29,7 +35,12 @@ pub(crate) fn classify_transport(err: reqwest::Error, timeout_note: &str) -> Err
     } else {
         NoAnswer::BrokenOff
     };
-    no_answer(why, &error_chain(&err), timeout_note).with_source(err)
+    let error = no_answer(why, &error_chain(&err), timeout_note);
+    match server {
+        Some(server) => error.with("server", server),
+        None => error,
+    }
+    .with_source(err)
 }
 
 #[cfg(test)]
@@ -88,6 +99,17 @@ mod tests {
         assert_eq!(error.kind(), &ErrorKind::Transport);
         assert_eq!(error.retry(), Retry::Transient { after: None });
         assert!(error.message().starts_with("cannot connect: "), "{error}");
-        assert!(!error.message().contains("secret"), "{error}");
+        // The server is named (an operator must know which one is down), never the
+        // credentials or the path of the URL.
+        assert_eq!(
+            error.context("server"),
+            Some(format!("127.0.0.1:{port}").as_str()),
+            "{error}"
+        );
+        let shown = error.to_string();
+        assert!(
+            !shown.contains("secret") && !shown.contains("/path"),
+            "{shown}"
+        );
     }
 }

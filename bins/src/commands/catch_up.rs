@@ -31,22 +31,28 @@ pub async fn run_once(args: CatchUpArgs, settings: &Settings) -> Result<()> {
     let store = wiring::fanout_store(&database).await?;
     let catch_up = CatchUp::new(store, log);
     let json = args.json;
+    let progress = crate::progress::spinner("catch-up: messages appended");
     let mut print = |log_id: u64, message: &FanoutMessage| {
+        progress.inc(1);
         if !json {
-            println!(
-                "catch-up: appended log {log_id}: {} {} #{} (instruction {}{})",
-                message.kind.as_str(),
-                message.account,
-                message.sequence,
-                message.instruction_id,
-                message
-                    .ledger_tx_id
-                    .map(|tx| format!(", ledger tx {tx}"))
-                    .unwrap_or_default()
-            );
+            progress.suspend(|| {
+                println!(
+                    "catch-up: appended log {log_id}: {} {} #{} (instruction {}{})",
+                    message.kind.as_str(),
+                    message.account,
+                    message.sequence,
+                    message.instruction_id,
+                    message
+                        .ledger_tx_id
+                        .map(|tx| format!(", ledger tx {tx}"))
+                        .unwrap_or_default()
+                )
+            });
         }
     };
-    let report = catch_up.run_once(args.since, &mut print).await?;
+    let report = catch_up.run_once(args.since, &mut print).await;
+    progress.finish_and_clear();
+    let report = report?;
     if json {
         println!(
             "{}",

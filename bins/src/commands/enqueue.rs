@@ -31,9 +31,14 @@ pub async fn run(database: &str, file: &Path) -> Result<()> {
         },
         max_retries: Some(BUSY_RETRIES),
     };
+    let progress = crate::progress::bar(numbered.len() as u64, "enqueue");
     let stored = busy
-        .run("enqueue", || db.enqueue_all(numbered.clone()))
-        .await?;
+        .run("enqueue", || {
+            db.enqueue_all(numbered.clone(), progress.clone())
+        })
+        .await;
+    progress.finish_and_clear();
+    let stored = stored?;
     let accounts: BTreeSet<_> = stored.iter().map(|e| e.account.as_str()).collect();
     println!(
         "enqueued {} events for {} accounts from {} (positions {} to {})",

@@ -19,11 +19,7 @@ pub async fn run(cli: FanoutCli, settings: &Settings) -> Result<()> {
         (Some(FanoutCommand::CatchUp(args)), _) => catch_up::run_once(args, settings).await,
         (Some(FanoutCommand::DeadLetters(args)), _) => fanout_dead_letters::run(args).await,
         (Some(FanoutCommand::Replay(args)), _) => fanout_replay::run(args).await,
-        (None, Some(_)) => daemon(settings).await,
-        (None, None) => Err(Error::invalid(
-            "fanout",
-            "give the fan-out's arguments (--database, --secret, --to…) or a subcommand",
-        )),
+        (None, _) => daemon(settings).await,
     }
 }
 

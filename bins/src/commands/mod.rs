@@ -36,7 +36,7 @@ pub fn flags(cli: &Cli) -> serde_json::Value {
         }
         #[cfg(feature = "http")]
         Command::Fanout(fanout) => match (&fanout.command, &fanout.run) {
-            (None, Some(args)) => {
+            (None, args) => {
                 let mut value = serde_json::to_value(args).unwrap_or_default();
                 // `--ledger-url` on the fan-out is how catch-up was always asked for.
                 if args.ledger.url.is_some() {

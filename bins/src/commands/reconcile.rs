@@ -121,7 +121,8 @@ async fn sequences(args: SequencesArgs) -> Result<()> {
         gap_alarm_after: Duration::from_secs(args.gap_alarm_secs),
         now: Utc::now(),
     };
-    let report = check.run(db.as_ref()).await?;
+    let report =
+        crate::progress::while_running("reconcile sequences", check.run(db.as_ref())).await?;
     if !args.json {
         println!(
             "sequences: {} markers over {} accounts, {} held gap(s)",
@@ -156,7 +157,8 @@ async fn ledger(args: LedgerCheckArgs) -> Result<()> {
         settle: Duration::from_secs(args.settle_secs),
         now: Utc::now(),
     };
-    let report = check.run(db.as_ref(), &client).await?;
+    let report =
+        crate::progress::while_running("reconcile ledger", check.run(db.as_ref(), &client)).await?;
     if !args.json {
         println!(
             "ledger: {} transactions read ({} with outbox metadata), {} events checked, {} not settled yet",
@@ -177,7 +179,11 @@ async fn balances(args: BalancesArgs) -> Result<()> {
         tolerance: args.tolerance,
         ..BalanceCheck::default()
     };
-    let report = check.run(&statement, &client, db.as_ref()).await?;
+    let report = crate::progress::while_running(
+        "reconcile balances",
+        check.run(&statement, &client, db.as_ref()),
+    )
+    .await?;
     if !args.json {
         println!(
             "balances: {} statement line(s) compared",

@@ -107,10 +107,10 @@ pub async fn relay(args: &RelayArgs, settings: &Settings) -> Result<Summary> {
         database.store_and_relay(&relay.name).await?
     };
     let dispatcher = Dispatcher::open(store, relay_source, ledger, config).await?;
-    let mode = if args.once {
-        RunMode::Drain
+    if args.once {
+        crate::progress::while_running("relay: draining", dispatcher.run(RunMode::Drain, stopped))
+            .await
     } else {
-        RunMode::Daemon
-    };
-    dispatcher.run(mode, stopped).await
+        dispatcher.run(RunMode::Daemon, stopped).await
+    }
 }

@@ -121,13 +121,19 @@ impl Database {
     }
 
     /// Enqueues `events` in one transaction: all or none. Each comes with the input
-    /// line it was read from, which an error of that event names (`line`).
-    pub async fn enqueue_all(&self, events: Vec<(usize, NewEvent)>) -> Result<Vec<OutboxEvent>> {
+    /// line it was read from, which an error of that event names (`line`). `progress`
+    /// counts the events written (from 0 again on a retry).
+    pub async fn enqueue_all(
+        &self,
+        events: Vec<(usize, NewEvent)>,
+        progress: indicatif::ProgressBar,
+    ) -> Result<Vec<OutboxEvent>> {
+        progress.set_position(0);
         match self {
             #[cfg(feature = "sqlite")]
             Self::Sqlite(config) => {
                 let config = config.clone();
-                tokio::task::spawn_blocking(move || sqlite_enqueue_all(&config, &events))
+                tokio::task::spawn_blocking(move || sqlite_enqueue_all(&config, &events, &progress))
                     .await
                     .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?
             }
@@ -143,6 +149,7 @@ impl Database {
                             .await
                             .map_err(|e| e.with("line", line))?,
                     );
+                    progress.inc(1);
                 }
                 tx.commit().await.map_err(map_error)?;
                 Ok(stored)
@@ -288,6 +295,7 @@ impl Database {
 fn sqlite_enqueue_all(
     config: &outbox_store_sqlite::SqliteConfig,
     events: &[(usize, NewEvent)],
+    progress: &indicatif::ProgressBar,
 ) -> Result<Vec<OutboxEvent>> {
     use outbox_store_sqlite::{connect, enqueue, map_error, migrate};
     let mut conn = connect(config)?;
@@ -298,6 +306,7 @@ fn sqlite_enqueue_all(
     let mut stored = Vec::with_capacity(events.len());
     for (line, event) in events {
         stored.push(enqueue(&tx, event).map_err(|e| e.with("line", line))?);
+        progress.inc(1);
     }
     tx.commit().map_err(map_error)?;
     Ok(stored)
