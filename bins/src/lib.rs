@@ -9,4 +9,5 @@ pub mod consumer;
 #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
 pub mod demo;
 pub mod probe;
+pub mod telemetry;
 pub mod wiring;

@@ -2,7 +2,7 @@
 //! adapters through `wiring`, runs one command.
 
 use clap::Parser;
-use outbox_bins::{cli, commands};
+use outbox_bins::{cli, commands, telemetry};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
@@ -13,14 +13,10 @@ async fn main() -> std::process::ExitCode {
     } else {
         "warn"
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("OUTBOX_LOG")
-                .unwrap_or_else(|_| default_level.into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match commands::run(cli.command).await {
+    let telemetry = telemetry::init(default_level);
+    let result = commands::run(cli.command).await;
+    telemetry.shutdown().await;
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err}");
