@@ -10,7 +10,7 @@ pub mod consumer;
 #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
 pub mod demo;
 pub mod exit;
-pub mod logging;
 pub mod probe;
 pub mod progress;
+pub mod telemetry;
 pub mod wiring;

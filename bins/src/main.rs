@@ -3,7 +3,7 @@
 //! with a documented code (`outbox_bins::exit`).
 
 use clap::Parser;
-use outbox_bins::{cli, commands, config, exit, logging};
+use outbox_bins::{cli, commands, config, exit, telemetry};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
@@ -24,7 +24,7 @@ async fn main() -> std::process::ExitCode {
     } else {
         "warn"
     };
-    logging::init(&loaded.settings.log, default_level);
+    let telemetry = telemetry::init(&loaded.settings.log, default_level);
     config::install(loaded.settings.clone());
     let result = commands::run(cli.command, &loaded).await;
     if let Err(err) = &result {
@@ -35,5 +35,6 @@ async fn main() -> std::process::ExitCode {
             eprintln!("error: {err}");
         }
     }
+    telemetry.shutdown().await;
     exit::status(&result)
 }

@@ -144,3 +144,57 @@ fn bad_flags_and_input_exit_2() {
     let out = outbox(&["relay", "--no-such-flag"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+/// The runbook's "resume a stopped account": once the cause is fixed (here, the ledger
+/// is back), running the relay again posts what the stopped account held, once and in
+/// order, and exits 0.
+#[cfg(feature = "dev-ledger")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_account_resumes_when_the_relay_runs_again() {
+    let (_dir, database, dead) = outbox_and_a_dead_ledger();
+    let out = outbox(&[
+        "relay",
+        "--once",
+        "--database",
+        &database,
+        "--ledger-url",
+        &dead,
+        "--ledger-name",
+        "payouts",
+        "--max-attempts",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let ledger = outbox_ledger_dev::DevLedger::start(outbox_ledger_dev::DevLedgerConfig {
+        create_ledgers: vec!["payouts".to_owned()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let out = outbox(&[
+        "relay",
+        "--once",
+        "--database",
+        &database,
+        "--ledger-url",
+        &ledger.url(),
+        "--ledger-name",
+        "payouts",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("accepted 1, replayed 0"), "{text}");
+    assert!(text.contains("stopped accounts 0"), "{text}");
+    let listed = reqwest::get(format!("{}/v2/payouts/transactions", ledger.url()))
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["cursor"]["data"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+    ledger.shutdown().await;
+}

@@ -17,8 +17,10 @@
 //! Every message also carries the ledger's name (`payload.ledger` of a webhook,
 //! required once the event yields a message; the log's own ledger), the ledger
 //! transaction id (`id` of the committed or the reverting transaction; none on a
-//! rejection notice, nothing was posted) and the W3C trace context of the delivery
-//! that brought it (none from the log). The payload is the transaction (or the
+//! rejection notice, nothing was posted) and a W3C trace context: the delivery's
+//! `traceparent`/`tracestate` headers when it had them, otherwise the ones enqueue
+//! wrote in the transaction's metadata (so a message from the log carries the same
+//! trace as its webhook would have). The payload is the transaction (or the
 //! notice's metadata) as compact JSON with object keys sorted at every level — the
 //! order the Formance webhooks service sends — so both sources give the same bytes.
 
@@ -280,6 +282,13 @@ fn outbox_message(
             .ok_or_else(|| Error::invalid(format!("metadata.{key}"), "missing or not a string"))
     };
     let sequence = text(OUTBOX_SEQUENCE_KEY)?;
+    // The delivery's own trace headers win; a ledger that knows nothing about tracing
+    // sends none, and then the trace enqueue put in the metadata carries on.
+    let trace = if origin.trace.traceparent.is_some() {
+        origin.trace.clone()
+    } else {
+        metadata_trace(metadata)
+    };
     Ok(FanoutMessage {
         instruction_id: text(OUTBOX_EVENT_ID_KEY)?.to_owned(),
         account: Account::parse_field(
@@ -295,10 +304,30 @@ fn outbox_message(
         kind,
         ledger: origin.ledger()?,
         ledger_tx_id,
-        traceparent: origin.trace.traceparent.clone(),
-        tracestate: origin.trace.tracestate.clone(),
+        traceparent: trace.traceparent,
+        tracestate: trace.tracestate,
         payload,
     })
+}
+
+/// The trace context the ledger transaction's metadata carries (enqueue wrote it
+/// there: `traceparent`, `tracestate`); none when it has none or a malformed one — a
+/// trace never holds a message back.
+fn metadata_trace(metadata: &Map<String, Value>) -> TraceContext {
+    let Some(parent) = metadata.get(TRACEPARENT).and_then(Value::as_str) else {
+        return TraceContext::default();
+    };
+    let state = metadata.get(TRACESTATE).and_then(Value::as_str);
+    match outbox_core::TraceContext::parse(parent, state) {
+        Ok(trace) => TraceContext {
+            traceparent: Some(trace.traceparent().to_owned()),
+            tracestate: trace.tracestate().map(str::to_owned),
+        },
+        Err(e) => {
+            tracing::debug!("ignoring the transaction's trace context: {e}");
+            TraceContext::default()
+        }
+    }
 }
 
 #[cfg(test)]
@@ -368,6 +397,41 @@ mod tests {
             TraceContext::from_headers(&RequestHeaders::new()),
             TraceContext::default()
         );
+    }
+
+    #[test]
+    fn without_trace_headers_the_transactions_metadata_gives_the_trace_context() {
+        const OTHER: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let traced = format!(
+            r#"{{"outbox_event_id":"e","outbox_account":"merchants:4471","outbox_sequence":"2","traceparent":"{TRACEPARENT_VALUE}","tracestate":"vendor=abc"}}"#
+        );
+        let from_metadata = untraced(&committed(&traced)).unwrap();
+        assert_eq!(
+            (
+                from_metadata[0].traceparent.as_deref(),
+                from_metadata[0].tracestate.as_deref()
+            ),
+            (Some(TRACEPARENT_VALUE), Some("vendor=abc"))
+        );
+
+        // The delivery's own headers win over the metadata.
+        let headers: RequestHeaders = [(TRACEPARENT, OTHER)].into_iter().collect();
+        let delivered =
+            messages_from_webhook(&committed(&traced), &TraceContext::from_headers(&headers))
+                .unwrap();
+        assert_eq!(
+            (
+                delivered[0].traceparent.as_deref(),
+                delivered[0].tracestate.as_deref()
+            ),
+            (Some(OTHER), None)
+        );
+
+        // A malformed one in the metadata is ignored, the message still goes.
+        let bad = r#"{"outbox_event_id":"e","outbox_account":"merchants:4471","outbox_sequence":"2","traceparent":"garbage"}"#;
+        let messages = untraced(&committed(bad)).unwrap();
+        assert_eq!(messages.len(), 1);
+        assert_eq!(messages[0].traceparent, None);
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod retry;
 pub mod store;
 #[cfg(test)]
 mod testing;
+pub mod trace;
 
 pub use dispatch::{Backoff, DispatchConfig, Dispatcher, RunMode, Summary};
 pub use domain::*;
@@ -42,3 +43,4 @@ pub use retention::{
 };
 pub use retry::{Retries, RetryPolicy};
 pub use store::{DeliveryOutcome, DeliveryRecord, DeliveryState, Lag, Store, StoreCapabilities};
+pub use trace::TraceContext;

@@ -1,6 +1,6 @@
 //! `enqueue`: writes an outbox row in the caller's own transaction.
 
-use outbox_core::{Error, ErrorKind, NewEvent, OutboxEvent, Payload};
+use outbox_core::{Error, ErrorKind, NewEvent, OutboxEvent};
 use sqlx::{Connection, PgConnection, Row};
 
 use crate::error::PgResultExt;
@@ -109,13 +109,24 @@ pub async fn enqueue_with(
     event: &NewEvent,
     options: EnqueueOptions,
 ) -> outbox_core::Result<OutboxEvent> {
+    use tracing::Instrument;
+    // The payload takes this span's trace context (feature `otel`): docs/TRACING.md.
+    let span = outbox_core::trace::enqueue_span(&event.account);
+    write(conn, event, options).instrument(span).await
+}
+
+async fn write(
+    conn: &mut PgConnection,
+    event: &NewEvent,
+    options: EnqueueOptions,
+) -> outbox_core::Result<OutboxEvent> {
     if !conn.is_in_transaction() {
         return Err(Error::invalid(
             "transaction",
             "enqueue must run inside the caller's transaction (the one that writes the payout intent): pass &mut *tx from pool.begin()",
         ));
     }
-    event.command.validate()?;
+    event.validate()?;
     if let Some(target) = event.revert_target() {
         // A round trip only reverts pay for; read before anything is written, so a
         // refusal leaves the caller's transaction usable.
@@ -160,7 +171,7 @@ pub async fn enqueue_with(
     })?;
     // Cannot fail after validate() above; if it ever did, the caller's transaction
     // holds a taken number and must be rolled back, which the error makes them do.
-    let payload = Payload::encode(event_id, &event.account, sequence, &event.command)?;
+    let payload = event.encode_as(event_id, sequence)?;
 
     let inserted = sqlx::query(INSERT)
         .bind(event_id.as_uuid())

@@ -19,13 +19,15 @@ use crate::{time, wakeup};
 /// - `InvalidInput { field: "transaction" }` outside a transaction.
 /// - Storage errors; BUSY/LOCKED are transient.
 pub fn enqueue(conn: &Connection, event: &NewEvent) -> outbox_core::Result<OutboxEvent> {
+    // The payload takes this span's trace context (feature `otel`): docs/TRACING.md.
+    let _span = outbox_core::trace::enqueue_span(&event.account).entered();
     if conn.is_autocommit() {
         return Err(Error::invalid(
             "transaction",
             "enqueue must run inside the caller's transaction (the one that writes the payout intent)",
         ));
     }
-    event.command.validate()?;
+    event.validate()?;
     if let Some(id) = event.event_id {
         let exists = conn
             .query_row(

@@ -203,7 +203,7 @@ async fn stored(store: &dyn FanoutStore) -> Vec<StoredMessage> {
     store.read_after(0, 1_000).await.unwrap()
 }
 
-/// The messages by dedup key, trace context aside (the log has none).
+/// The messages by dedup key, trace context aside (the log has only the metadata's).
 fn by_key(stored: &[StoredMessage]) -> BTreeMap<String, FanoutMessage> {
     stored
         .iter()

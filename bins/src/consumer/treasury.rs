@@ -154,7 +154,10 @@ impl MessageSink for TreasuryConsumer {
                 *writer = Some(this.connect()?);
             }
             let conn = writer.as_mut().expect("connected above");
-            for message in messages.iter().map(FanoutMessage::to_inbox) {
+            for fanned_out in &messages {
+                // In the trace the message carries: docs/TRACING.md.
+                let _span = outbox_core::trace::inbox_apply_span(fanned_out, this.engine.consumer()).entered();
+                let message = fanned_out.to_inbox();
                 let (id, account, sequence) = (message.instruction_id.clone(), message.account.clone(), message.sequence);
                 let accepted = this.apply_one(conn, message).map_err(|e| e.with("delivery", &delivery_id))?;
                 tracing::debug!(instruction_id = %id, %account, sequence, ?accepted, "treasury inbox");

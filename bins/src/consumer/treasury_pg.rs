@@ -11,6 +11,7 @@ use outbox_core::{
 };
 use outbox_store_postgres::{PgConfig, PgInbox, PgStore, map_error};
 use sqlx::{PgConnection, PgPool};
+use tracing::Instrument;
 
 use super::impact::deltas;
 use super::stats::ConsumerStats;
@@ -175,8 +176,11 @@ impl MessageSink for PgTreasuryConsumer {
     async fn accept(&self, delivery_id: &str, messages: Vec<FanoutMessage>) -> Result<()> {
         for message in messages {
             let (id, sequence) = (message.instruction_id.clone(), message.sequence);
+            // In the trace the message carries: docs/TRACING.md.
+            let span = outbox_core::trace::inbox_apply_span(&message, self.engine.consumer());
             let accepted = self
                 .apply_one(message.to_inbox())
+                .instrument(span)
                 .await
                 .map_err(|e| e.with("delivery", delivery_id))?;
             tracing::debug!(instruction_id = %id, account = %message.account.as_str(), sequence, ?accepted, "treasury inbox");

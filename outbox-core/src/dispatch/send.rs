@@ -3,6 +3,7 @@
 //! of a head the ledger already refused.
 
 use futures_util::stream::{self, StreamExt};
+use tracing::Instrument;
 
 use super::config::DispatchConfig;
 use super::notice::notify_rejection;
@@ -11,6 +12,7 @@ use crate::domain::{EventId, LedgerCommand, Metadata, OutboxEvent, PayloadKind};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ledger::{BulkItem, Ledger, PostOutcome};
 use crate::store::{DeliveryOutcome, Store};
+use crate::trace::relay_post_span;
 
 /// What sending a head produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,12 +73,15 @@ async fn run_job(ledger: &dyn Ledger, store: &dyn Store, job: Job) -> Vec<(Pendi
         Job::Notice(head) => {
             let code = head.refused.as_ref().map_or("", |r| r.code.as_str());
             let outcome = notify_rejection(ledger, &head.event, code)
+                .instrument(relay_post_span(&head.event))
                 .await
                 .map(|()| Sent::Notified);
             vec![(head, outcome)]
         }
         Job::Alone(head) => {
-            let outcome = send_alone(ledger, store, &head).await;
+            let outcome = send_alone(ledger, store, &head)
+                .instrument(relay_post_span(&head.event))
+                .await;
             vec![(head, outcome)]
         }
         Job::Bulk(heads) => {
@@ -89,10 +94,13 @@ async fn run_job(ledger: &dyn Ledger, store: &dyn Store, job: Job) -> Vec<(Pendi
                     })
                 })
                 .collect();
+            // One span per event, each in its own event's trace, open for the bulk call.
+            let spans: Vec<_> = heads.iter().map(|h| relay_post_span(&h.event)).collect();
             let answers = match bodies {
                 Ok(items) => ledger.post_bulk(&items).await,
                 Err(e) => Err(e),
             };
+            drop(spans);
             match answers {
                 Ok(answers) if answers.len() == heads.len() => heads
                     .into_iter()

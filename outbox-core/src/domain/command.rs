@@ -166,7 +166,8 @@ fn validate_metadata(metadata: &Metadata) -> Result<()> {
             ));
         }
     }
-    Ok(())
+    // A caller's own trace keys are its trace context: well formed, or refused here.
+    crate::trace::TraceContext::from_metadata(metadata).map(drop)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use super::{
     Posting, RevertCommand, Script,
 };
 use crate::error::{Error, Result};
+use crate::trace::TraceContext;
 
 /// One payout as written by hand or by another system.
 ///
@@ -44,6 +45,13 @@ pub struct RawNewEvent {
     /// Metadata of the ledger transaction; the `outbox_*` keys are reserved.
     #[serde(default)]
     pub metadata: Metadata,
+    /// The caller's W3C `traceparent`, recorded in the transaction's metadata
+    /// (docs/TRACING.md).
+    #[serde(default)]
+    pub traceparent: Option<String>,
+    /// The W3C `tracestate` that goes with `traceparent`; only with it.
+    #[serde(default)]
+    pub tracestate: Option<String>,
 }
 
 /// A posting with its amount as a raw JSON number, so a float can be named and refused.
@@ -70,6 +78,16 @@ impl RawNewEvent {
             .as_deref()
             .map(|id| EventId::parse_field("event_id", id))
             .transpose()?;
+        let trace = match (self.traceparent.as_deref(), self.tracestate.as_deref()) {
+            (None, None) => None,
+            (None, Some(_)) => {
+                return Err(Error::invalid(
+                    "tracestate",
+                    "a tracestate travels with a traceparent: give both or neither",
+                ));
+            }
+            (Some(parent), state) => Some(TraceContext::parse(parent, state)?),
+        };
         let given = [
             self.postings.is_some(),
             self.script.is_some(),
@@ -115,12 +133,14 @@ impl RawNewEvent {
                 metadata: self.metadata,
             })
         };
-        command.validate()?;
-        Ok(NewEvent {
+        let event = NewEvent {
             account,
             command,
             event_id,
-        })
+            trace,
+        };
+        event.validate()?;
+        Ok(event)
     }
 }
 
@@ -200,11 +220,38 @@ mod tests {
                 r#"{"account":"m","script":"send","metadata":{"outbox_account":"x"}}"#,
                 "metadata.outbox_account",
             ),
+            (
+                r#"{"account":"m","script":"send","traceparent":"00-abc-def-01"}"#,
+                "traceparent",
+            ),
+            (
+                r#"{"account":"m","script":"send","tracestate":"vendor=1"}"#,
+                "tracestate",
+            ),
+            (
+                r#"{"account":"m","script":"send","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":"Bad"}"#,
+                "tracestate",
+            ),
+            (
+                r#"{"account":"m","script":"send","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","metadata":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}"#,
+                "metadata.traceparent",
+            ),
         ];
         for (json, field) in cases {
             let err = parse(json).unwrap_err();
             assert_eq!(err.field(), Some(field), "{json}: {err}");
         }
+    }
+
+    #[test]
+    fn a_line_carries_its_trace_context() {
+        let e = parse(
+            r#"{"account":"m","script":"send","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":"vendor=1"}"#,
+        )
+        .unwrap();
+        let trace = e.trace.unwrap();
+        assert_eq!(trace.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(trace.tracestate(), Some("vendor=1"));
     }
 
     #[test]

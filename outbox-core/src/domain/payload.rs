@@ -10,6 +10,7 @@ use serde_json::value::RawValue;
 
 use super::{Account, EventId, LedgerCommand};
 use crate::error::{Error, ErrorKind, Result};
+use crate::trace::TraceContext;
 
 /// Metadata key carrying the outbox event id on the ledger transaction.
 pub const OUTBOX_EVENT_ID_KEY: &str = "outbox_event_id";
@@ -56,6 +57,26 @@ struct RevertTarget {
     event_id: EventId,
 }
 
+/// Only what [`Payload::trace_context`] reads of a body; every other field is skipped.
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum TracedEnvelope {
+    Post(TracedBody),
+    Revert(TracedBody),
+}
+
+#[derive(Deserialize)]
+struct TracedBody {
+    #[serde(default)]
+    metadata: TracedMetadata,
+}
+
+#[derive(Deserialize, Default)]
+struct TracedMetadata {
+    traceparent: Option<String>,
+    tracestate: Option<String>,
+}
+
 impl Payload {
     /// Encodes `command` once, at enqueue, adding `outbox_event_id`, `outbox_account`
     /// and `outbox_sequence` to its metadata.
@@ -65,9 +86,25 @@ impl Payload {
         sequence: u64,
         command: &LedgerCommand,
     ) -> Result<Self> {
+        Self::encode_traced(event_id, account, sequence, command, None)
+    }
+
+    /// As [`encode`](Self::encode), also writing `trace` (when given) as the
+    /// metadata's `traceparent` and `tracestate`: the ledger transaction then carries
+    /// it, and so does every Hop 2 message of it (docs/TRACING.md).
+    pub fn encode_traced(
+        event_id: EventId,
+        account: &Account,
+        sequence: u64,
+        command: &LedgerCommand,
+        trace: Option<&TraceContext>,
+    ) -> Result<Self> {
         command.validate()?;
         let mut command = command.clone();
         let metadata = command.metadata_mut();
+        if let Some(trace) = trace {
+            trace.write_into(metadata);
+        }
         metadata.insert(OUTBOX_EVENT_ID_KEY.into(), event_id.to_string());
         metadata.insert(OUTBOX_ACCOUNT_KEY.into(), account.to_string());
         metadata.insert(OUTBOX_SEQUENCE_KEY.into(), sequence.to_string());
@@ -122,6 +159,16 @@ impl Payload {
         }
     }
 
+    /// The trace context the payload's metadata carries (`traceparent`,
+    /// `tracestate`); `None` when it has none or it is not well formed (enqueue
+    /// validates it, so only a row written otherwise can have a bad one).
+    pub fn trace_context(&self) -> Option<TraceContext> {
+        let (TracedEnvelope::Post(body) | TracedEnvelope::Revert(body)) =
+            serde_json::from_slice(&self.0).ok()?;
+        let metadata = body.metadata;
+        TraceContext::parse(&metadata.traceparent?, metadata.tracestate.as_deref()).ok()
+    }
+
     /// Decodes the command, metadata included.
     pub fn command(&self) -> Result<LedgerCommand> {
         serde_json::from_slice(&self.0).map_err(|e| {
@@ -161,6 +208,31 @@ mod tests {
         assert_eq!(body["metadata"][OUTBOX_EVENT_ID_KEY], id.to_string());
         assert_eq!(body["metadata"][OUTBOX_ACCOUNT_KEY], "merchants:4471");
         assert_eq!(body["metadata"]["event_type"], "payout.reversed");
+    }
+
+    #[test]
+    fn a_traced_payload_carries_its_context_in_the_metadata() {
+        let trace = TraceContext::parse(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            Some("vendor=1"),
+        )
+        .unwrap();
+        let account = Account::parse("merchants:4471").unwrap();
+        let cmd = LedgerCommand::Revert(RevertCommand {
+            event_id: EventId::new(),
+            metadata: Metadata::new(),
+        });
+        let traced =
+            Payload::encode_traced(EventId::new(), &account, 1, &cmd, Some(&trace)).unwrap();
+        assert_eq!(traced.trace_context(), Some(trace.clone()));
+        let (_, body) = traced.split().unwrap();
+        let body: serde_json::Value = serde_json::from_slice(body).unwrap();
+        assert_eq!(body["metadata"]["traceparent"], trace.traceparent());
+        assert_eq!(body["metadata"]["tracestate"], "vendor=1");
+
+        let plain = Payload::encode(EventId::new(), &account, 1, &cmd).unwrap();
+        assert_eq!(plain.trace_context(), None);
+        assert!(!String::from_utf8_lossy(plain.as_bytes()).contains("traceparent"));
     }
 
     #[test]

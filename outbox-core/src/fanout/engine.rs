@@ -486,7 +486,16 @@ impl FanoutLoop {
         self.in_flight_positions
             .extend(send.iter().filter(|o| !o.replay).map(|o| o.stored.position));
         let publisher = Arc::clone(&self.publisher);
-        let task = tokio::spawn(async move { publisher.publish(&messages).await });
+        // One span per message, in its event's trace, open until the round is confirmed.
+        let spans: Vec<_> = messages
+            .iter()
+            .map(|m| crate::trace::fanout_publish_span(m, publisher.name()))
+            .collect();
+        let task = tokio::spawn(async move {
+            let results = publisher.publish(&messages).await;
+            drop(spans);
+            results
+        });
         self.in_flight.push_back(InFlight {
             id: self.next_round,
             send,

@@ -24,7 +24,8 @@ pub struct FanoutMessage {
     pub ledger: String,
     /// The ledger transaction id; `None` for a rejection notice (nothing was posted).
     pub ledger_tx_id: Option<u64>,
-    /// W3C trace context of the delivery that brought the event, when it had one.
+    /// W3C trace context: the delivery's own, else the one enqueue recorded in the
+    /// transaction's metadata (docs/TRACING.md); `None` when neither had one.
     pub traceparent: Option<String>,
     /// The `tracestate` that came with `traceparent`; `None` when there was none.
     pub tracestate: Option<String>,

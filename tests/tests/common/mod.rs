@@ -6,6 +6,7 @@
 pub mod backend;
 pub mod fanout_process;
 pub mod hop2;
+pub mod pipeline;
 pub mod postgres;
 pub mod process;
 
