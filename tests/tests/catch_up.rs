@@ -24,9 +24,7 @@ use std::time::Duration;
 use common::process::Process;
 use common::*;
 use outbox_core::{EventId, Ledger, LedgerCommand, Metadata, NewEvent, RevertCommand};
-use outbox_ledger_dev::{
-    DevLedger, DevLedgerConfig, RunningDevLedger, WebhookBackoff, WebhookTarget,
-};
+use outbox_ledger_dev::RunningDevLedger;
 use outbox_testkit::ports::free_port;
 use outbox_transport_http::WEBHOOK_PATH;
 
@@ -65,23 +63,13 @@ impl Layout {
 
     /// The dev ledger on its fixed port and file, signing webhooks with `secret`.
     async fn ledger(&self, secret: &str) -> RunningDevLedger {
-        DevLedger::start(DevLedgerConfig {
-            listen: self.ledger_addr,
-            data: Some(self.path("ledger.sqlite")),
-            webhooks: vec![WebhookTarget {
-                url: format!("http://127.0.0.1:{}{WEBHOOK_PATH}", self.fanout_port),
-                secret: secret.to_owned(),
-            }],
-            webhook_backoff: WebhookBackoff {
-                initial: Duration::from_millis(20),
-                max: Duration::from_millis(100),
-                max_attempts: 3,
-            },
-            create_ledgers: vec![LEDGER.to_owned()],
-            ..DevLedgerConfig::default()
-        })
+        restartable_dev_ledger(
+            self.ledger_addr,
+            self.path("ledger.sqlite"),
+            format!("http://127.0.0.1:{}{WEBHOOK_PATH}", self.fanout_port),
+            secret,
+        )
         .await
-        .unwrap()
     }
 
     async fn consumer(&self) -> Process {

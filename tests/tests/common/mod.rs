@@ -137,6 +137,34 @@ pub async fn dev_ledger(webhook: Option<&RunningReceiver>) -> RunningDevLedger {
     .unwrap()
 }
 
+/// A dev ledger that a test restarts on the same address and data file (keeping its
+/// transactions and log), its webhooks to `webhook_url` signed with `secret`, given up
+/// after three quick attempts.
+pub async fn restartable_dev_ledger(
+    listen: std::net::SocketAddr,
+    data: PathBuf,
+    webhook_url: String,
+    secret: &str,
+) -> RunningDevLedger {
+    DevLedger::start(DevLedgerConfig {
+        listen,
+        data: Some(data),
+        webhooks: vec![WebhookTarget {
+            url: webhook_url,
+            secret: secret.to_owned(),
+        }],
+        webhook_backoff: WebhookBackoff {
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(100),
+            max_attempts: 3,
+        },
+        create_ledgers: vec![LEDGER.to_owned()],
+        ..DevLedgerConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
 pub fn client(ledger: &RunningDevLedger, request_timeout: Duration) -> FormanceLedger {
     let mut config = FormanceConfig::new(ledger.url(), LEDGER);
     config.request_timeout_ms = request_timeout.as_millis() as u64;
