@@ -71,7 +71,11 @@ pub enum Command {
     Demo(crate::demo::DemoArgs),
     /// Run the local Formance-v2-compatible dev ledger.
     #[cfg(feature = "dev-ledger")]
-    DevLedger(outbox_ledger_dev::DevLedgerArgs),
+    DevLedger(crate::commands::dev_ledger::DevLedgerCli),
+    /// Where the payouts are: relay cursors and lag, the oldest pending event, parked
+    /// and stopped accounts with the reason, fan-out destinations with pending
+    /// counts, open gaps, open exceptions.
+    Status(crate::status::StatusArgs),
 }
 
 impl Command {
@@ -152,6 +156,8 @@ pub struct RelayArgs {
     /// resuming at the lowest cursor it merges. Refused while other members run.
     #[arg(long, requires = "partitions")]
     pub repartition: bool,
+    #[command(flatten)]
+    pub admin: crate::admin::AdminArgs,
 }
 
 /// `outbox fanout`: the intake and the loops, or one of its subcommands.
@@ -163,6 +169,10 @@ pub struct FanoutCli {
     /// Present when no subcommand is given (clap then requires its arguments).
     #[command(flatten)]
     pub run: Option<FanoutArgs>,
+    /// The daemon's admin server. Here rather than in `FanoutArgs`: clap cannot tell
+    /// an optional flattened struct is present when it flattens another one.
+    #[command(flatten)]
+    pub admin: crate::admin::AdminArgs,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -266,6 +276,8 @@ pub struct ConsumeArgs {
     /// Raise a gap alarm when a held message waits longer than this, in seconds.
     #[arg(long, default_value_t = 300)]
     pub gap_alarm_secs: u64,
+    #[command(flatten)]
+    pub admin: crate::admin::AdminArgs,
 }
 
 /// `90d`, `36h`, `45m`, `30s`: a whole number and a unit.

@@ -1,6 +1,7 @@
 //! The `outbox` binary's library half: commands, adapter wiring, the reference
 //! treasury consumer and the demo, so end-to-end tests can drive them directly.
 
+pub mod admin;
 pub mod audit;
 pub mod check;
 pub mod cli;
@@ -9,4 +10,5 @@ pub mod consumer;
 #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
 pub mod demo;
 pub mod probe;
+pub mod status;
 pub mod wiring;

@@ -174,6 +174,7 @@ pub async fn enqueue_with(
         .await
         .storage()
         .map_err(|e| e.with("event_id", event_id).with("account", &event.account))?;
+    outbox_core::metrics::event_enqueued();
     Ok(OutboxEvent {
         position: PgPosition::Snapshot {
             txid,

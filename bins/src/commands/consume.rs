@@ -21,6 +21,7 @@ pub async fn run(args: ConsumeArgs) -> Result<()> {
         redact(&args.database)
     );
     let stopped = stop_on_signal("finishing the message in hand");
+    let _admin = crate::admin::for_consume(&args, stopped.clone()).await?;
     let alarms = tokio::spawn(watch_gaps(treasury.clone(), gap_alarm));
     let sink: Arc<dyn MessageSink> = treasury.sink();
     let result = subscriber.subscriber.run(sink, stopped).await;

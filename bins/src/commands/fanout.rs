@@ -18,7 +18,7 @@ pub async fn run(cli: FanoutCli) -> Result<()> {
         (Some(FanoutCommand::CatchUp(args)), _) => catch_up::run_once(args).await,
         (Some(FanoutCommand::DeadLetters(args)), _) => fanout_dead_letters::run(args).await,
         (Some(FanoutCommand::Replay(args)), _) => fanout_replay::run(args).await,
-        (None, Some(args)) => daemon(args).await,
+        (None, Some(args)) => daemon(args, cli.admin).await,
         (None, None) => Err(Error::invalid(
             "fanout",
             "give the fan-out's arguments (--database, --secret, --to…) or a subcommand",
@@ -26,7 +26,7 @@ pub async fn run(cli: FanoutCli) -> Result<()> {
     }
 }
 
-async fn daemon(args: FanoutArgs) -> Result<()> {
+async fn daemon(args: FanoutArgs, admin: crate::admin::AdminArgs) -> Result<()> {
     // Two URLs for one destination would share a cursor: refused before anything starts.
     let names = wiring::distinct_destinations(&args.to)?;
     let catch_up = catch_up::Periodic::from_args(&args)?;
@@ -62,6 +62,7 @@ async fn daemon(args: FanoutArgs) -> Result<()> {
         names.join(", ")
     );
     let mut signal = stop_on_signal("finishing the publishes in flight");
+    let admin = crate::admin::for_fanout(&args, &admin, &names, signal.clone()).await?;
     let (stop, stopping) = watch::channel(false);
     let catch_up = catch_up.map(|c| c.spawn(store.clone(), wakeup.clone(), stopping.clone()));
     let config = FanoutConfig {
@@ -77,7 +78,12 @@ async fn daemon(args: FanoutArgs) -> Result<()> {
             .map_err(|e| e.with("destination", &name))?
             .with_wakeup(wakeup.clone());
         let stopping = stopping.clone();
-        loops.spawn(async move { (name, fanout.run(RunMode::Daemon, stopping).await) });
+        let health = admin.as_ref().map(crate::admin::Admin::health);
+        loops.spawn(async move {
+            let outcome = fanout.run(RunMode::Daemon, stopping).await;
+            crate::admin::loop_ended(health.as_deref(), &name, &outcome);
+            (name, outcome)
+        });
     }
     // A loop ends before a stop only when its store stayed unusable: the destination
     // is no longer served, so the whole process stops rather than go on answering

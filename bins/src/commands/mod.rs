@@ -5,6 +5,8 @@ pub mod audit;
 mod catch_up;
 pub mod check;
 mod consume;
+#[cfg(feature = "dev-ledger")]
+pub mod dev_ledger;
 mod enqueue;
 pub mod exceptions;
 #[cfg(feature = "http")]
@@ -43,6 +45,7 @@ pub async fn run(command: Command) -> outbox_core::Result<()> {
         #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
         Command::Demo(args) => crate::demo::run(args).await,
         #[cfg(feature = "dev-ledger")]
-        Command::DevLedger(args) => outbox_ledger_dev::run_cli(args).await,
+        Command::DevLedger(cli) => dev_ledger::run(cli).await,
+        Command::Status(args) => crate::status::run(args).await,
     }
 }

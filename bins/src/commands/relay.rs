@@ -59,6 +59,8 @@ pub async fn relay(args: &RelayArgs) -> Result<Summary> {
         .lock_relay(&args.name, args.partitions.is_some())
         .await?;
     let stopped = stop_on_signal("finishing the posts in flight");
+    // Served until the run ends; not ready from the stop signal on (draining).
+    let _admin = crate::admin::for_relay(args, stopped.clone()).await?;
     if let Some(partitions) = args.partitions {
         let fleet = wiring::FleetStart {
             partitions,

@@ -6,6 +6,7 @@ mod destinations;
 mod reconcile;
 mod relay_lock;
 mod retention;
+mod status_reader;
 mod treasury;
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ pub use destinations::{
 };
 pub use reconcile::{ReconcileDatabase, formance_client, reconcile_database};
 pub use relay_lock::RelayNameLock;
+pub use status_reader::status_reader;
 pub use treasury::{Treasury, fanout_store, treasury};
 
 use outbox_core::{Error, ErrorKind, NewEvent, OutboxEvent, Relay, Result, Store};

@@ -2,6 +2,8 @@
 //! replay must be observed or the call is not a plain post, and the rejection notice
 //! of a head the ledger already refused.
 
+use std::time::Instant;
+
 use futures_util::stream::{self, StreamExt};
 
 use super::config::DispatchConfig;
@@ -10,6 +12,7 @@ use super::queues::Pending;
 use crate::domain::{EventId, LedgerCommand, Metadata, OutboxEvent, PayloadKind};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ledger::{BulkItem, Ledger, PostOutcome};
+use crate::metrics;
 use crate::store::{DeliveryOutcome, Store};
 
 /// What sending a head produced.
@@ -36,6 +39,7 @@ pub(crate) async fn send_round(
     store: &dyn Store,
     heads: Vec<Pending>,
     config: &DispatchConfig,
+    relay: &str,
 ) -> Vec<(Pending, Result<Sent>)> {
     let max_bulk = config.max_bulk.min(ledger.capabilities().max_bulk);
     let use_bulk = config.bulk && max_bulk > 1;
@@ -59,14 +63,19 @@ pub(crate) async fn send_round(
         jobs.push(Job::Bulk(std::mem::replace(&mut bulkable, rest)));
     }
     stream::iter(jobs)
-        .map(|job| run_job(ledger, store, job))
+        .map(|job| run_job(ledger, store, job, relay))
         .buffer_unordered(config.parallel_requests.max(1))
         .flat_map(stream::iter)
         .collect()
         .await
 }
 
-async fn run_job(ledger: &dyn Ledger, store: &dyn Store, job: Job) -> Vec<(Pending, Result<Sent>)> {
+async fn run_job(
+    ledger: &dyn Ledger,
+    store: &dyn Store,
+    job: Job,
+    relay: &str,
+) -> Vec<(Pending, Result<Sent>)> {
     match job {
         Job::Notice(head) => {
             let code = head.refused.as_ref().map_or("", |r| r.code.as_str());
@@ -76,7 +85,7 @@ async fn run_job(ledger: &dyn Ledger, store: &dyn Store, job: Job) -> Vec<(Pendi
             vec![(head, outcome)]
         }
         Job::Alone(head) => {
-            let outcome = send_alone(ledger, store, &head).await;
+            let outcome = send_alone(ledger, store, &head, relay).await;
             vec![(head, outcome)]
         }
         Job::Bulk(heads) => {
@@ -90,7 +99,13 @@ async fn run_job(ledger: &dyn Ledger, store: &dyn Store, job: Job) -> Vec<(Pendi
                 })
                 .collect();
             let answers = match bodies {
-                Ok(items) => ledger.post_bulk(&items).await,
+                Ok(items) => {
+                    metrics::relay_bulk(relay, items.len());
+                    let started = Instant::now();
+                    let answers = ledger.post_bulk(&items).await;
+                    metrics::relay_call(relay, "bulk", started.elapsed());
+                    answers
+                }
                 Err(e) => Err(e),
             };
             match answers {
@@ -117,7 +132,12 @@ async fn run_job(ledger: &dyn Ledger, store: &dyn Store, job: Job) -> Vec<(Pendi
     }
 }
 
-async fn send_alone(ledger: &dyn Ledger, store: &dyn Store, head: &Pending) -> Result<Sent> {
+async fn send_alone(
+    ledger: &dyn Ledger,
+    store: &dyn Store,
+    head: &Pending,
+    relay: &str,
+) -> Result<Sent> {
     let event = &head.event;
     if head.uncertain
         && let Some(code) = ledger
@@ -126,8 +146,13 @@ async fn send_alone(ledger: &dyn Ledger, store: &dyn Store, head: &Pending) -> R
     {
         return Ok(Sent::AlreadyRefused { code });
     }
+    let started = Instant::now();
     let outcome = match event.payload.split()? {
-        (PayloadKind::Post, body) => ledger.post(event.event_id, body).await?,
+        (PayloadKind::Post, body) => {
+            let outcome = ledger.post(event.event_id, body).await;
+            metrics::relay_call(relay, "post", started.elapsed());
+            outcome?
+        }
         (PayloadKind::Revert { target }, _) => {
             let LedgerCommand::Revert(revert) = event.payload.command()? else {
                 return Err(Error::new(
@@ -135,7 +160,9 @@ async fn send_alone(ledger: &dyn Ledger, store: &dyn Store, head: &Pending) -> R
                     "revert payload decoded as a post",
                 ));
             };
-            send_revert(ledger, store, event, target, &revert.metadata).await?
+            let outcome = send_revert(ledger, store, event, target, &revert.metadata).await;
+            metrics::relay_call(relay, "revert", started.elapsed());
+            outcome?
         }
     };
     Ok(Sent::Posted(outcome))

@@ -1,0 +1,217 @@
+//! Reading the deployment's state: the one place both `outbox status` and the
+//! admin sampler's gauges come from.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, Utc};
+use outbox_core::status::{
+    DestinationStatus, FailingEvent, GapStatus, HorizonReading, RelayStatus, StatusReader,
+    is_partition_cursor,
+};
+use outbox_core::{Account, EventId, Exception, ExceptionKind, Result};
+
+/// Why an account's events do not go out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccountHold {
+    /// Parked after transient failures: the relay retries it.
+    Retrying,
+    /// Stopped by a permanent failure: an operator must act (an open exception says why).
+    Stopped,
+}
+
+/// An account the relay does not move past, with the reason.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HeldAccount {
+    pub account: Account,
+    pub state: AccountHold,
+    /// The head event and its sequence, when it has failed attempts recorded.
+    pub sequence: u64,
+    pub event_id: Option<EventId>,
+    pub attempts: u64,
+    /// The last error (`CODE: detail`) or the stopping exception's detail.
+    pub reason: String,
+    pub since: DateTime<Utc>,
+}
+
+/// What the outbox database says.
+#[derive(Debug, Clone)]
+pub struct OutboxPart {
+    pub relays: Vec<RelayStatus>,
+    pub accounts: Vec<HeldAccount>,
+    pub horizon: Option<HorizonReading>,
+}
+
+/// Everything `outbox status` shows.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub outbox: OutboxPart,
+    pub destinations: Vec<DestinationStatus>,
+    pub gaps: Vec<GapStatus>,
+    /// Open exceptions of each database read, by the flag that named it.
+    pub exceptions: BTreeMap<String, Vec<Exception>>,
+}
+
+/// The exception kinds that stop an account in the relay.
+fn stops_an_account(kind: ExceptionKind) -> bool {
+    matches!(
+        kind,
+        ExceptionKind::Stopped | ExceptionKind::IdempotencyMismatch
+    )
+}
+
+/// The accounts the relay holds: each account's lowest failing event, stopped when
+/// an open relay exception stopped it, retrying otherwise; plus stopped accounts
+/// without failed attempts (a rejection notice that could not be written).
+pub fn held_accounts(failing: &[FailingEvent], open: &[Exception]) -> Vec<HeldAccount> {
+    let mut stopped: BTreeMap<&Account, &Exception> = BTreeMap::new();
+    for exception in open.iter().filter(|e| stops_an_account(e.kind)) {
+        stopped.entry(&exception.account).or_insert(exception);
+    }
+    let mut held = Vec::new();
+    let mut seen = BTreeSet::new();
+    for event in failing {
+        if !seen.insert(&event.account) {
+            continue; // a later event of an account already listed: not its head
+        }
+        let last_error = match (&event.error_code, &event.detail) {
+            (Some(code), Some(detail)) => format!("{code}: {detail}"),
+            (Some(code), None) => code.clone(),
+            (None, Some(detail)) => detail.clone(),
+            (None, None) => "failed".to_owned(),
+        };
+        let (state, reason) = match stopped.get(&event.account) {
+            Some(exception) => (AccountHold::Stopped, exception.detail.clone()),
+            None => (AccountHold::Retrying, last_error),
+        };
+        held.push(HeldAccount {
+            account: event.account.clone(),
+            state,
+            sequence: event.sequence,
+            event_id: Some(event.event_id),
+            attempts: event.attempts,
+            reason,
+            since: event.last_attempt_at,
+        });
+    }
+    for (account, exception) in stopped {
+        if seen.contains(account) {
+            continue;
+        }
+        held.push(HeldAccount {
+            account: account.clone(),
+            state: AccountHold::Stopped,
+            sequence: exception.sequence,
+            event_id: exception
+                .event_id
+                .as_deref()
+                .and_then(|id| EventId::parse(id).ok()),
+            attempts: 0,
+            reason: exception.detail.clone(),
+            since: exception.detected_at,
+        });
+    }
+    held.sort_by(|a, b| a.account.cmp(&b.account));
+    held
+}
+
+/// Every relay cursor's status, or only `relay`'s.
+pub async fn relays(reader: &dyn StatusReader, relay: Option<&str>) -> Result<Vec<RelayStatus>> {
+    let names = match relay {
+        Some(name) => vec![name.to_owned()],
+        None => reader.relay_names().await?,
+    };
+    let mut relays = Vec::with_capacity(names.len());
+    for name in names {
+        relays.push(reader.relay(&name).await?);
+    }
+    Ok(relays)
+}
+
+/// Every destination with a cursor, or only the named ones (with or without one).
+pub async fn destinations(
+    reader: &dyn StatusReader,
+    names: Option<&[String]>,
+) -> Result<Vec<DestinationStatus>> {
+    let names = match names {
+        Some(names) => names.to_vec(),
+        None => reader.destination_names().await?,
+    };
+    let mut destinations = Vec::with_capacity(names.len());
+    for name in names {
+        destinations.push(reader.destination(&name).await?);
+    }
+    Ok(destinations)
+}
+
+/// A consumer's gap queue in two figures: accounts waiting and the oldest hold.
+pub fn gap_summary(gaps: &[GapStatus], consumer: &str) -> (u64, Option<DateTime<Utc>>) {
+    let mine = gaps.iter().filter(|g| g.consumer == consumer);
+    let accounts = mine.clone().count() as u64;
+    (accounts, mine.map(|g| g.oldest_held_at).min())
+}
+
+/// Open exceptions counted by kind and severity.
+pub fn exception_counts(open: &[Exception]) -> BTreeMap<(&'static str, &'static str), u64> {
+    let mut counts = BTreeMap::new();
+    for exception in open {
+        *counts
+            .entry((exception.kind.as_str(), exception.severity.as_str()))
+            .or_insert(0) += 1;
+    }
+    counts
+}
+
+/// Whether any relay cursor belongs to a fleet (its backlog is not per partition).
+pub fn has_fleet(relays: &[RelayStatus]) -> bool {
+    relays.iter().any(|r| is_partition_cursor(&r.relay))
+}
+
+/// The readers `outbox status` was given, each with the flag that named it.
+#[derive(Clone, Copy)]
+pub struct Readers<'a> {
+    pub outbox: (&'a str, &'a dyn StatusReader),
+    pub fanout: Option<(&'a str, &'a dyn StatusReader)>,
+    pub consumer: Option<(&'a str, &'a dyn StatusReader)>,
+}
+
+impl std::fmt::Debug for Readers<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Readers")
+            .field("outbox", &self.outbox.0)
+            .field("fanout", &self.fanout.map(|(flag, _)| flag))
+            .field("consumer", &self.consumer.map(|(flag, _)| flag))
+            .finish()
+    }
+}
+
+/// Reads everything `outbox status` shows. The fan-out and consumer parts come
+/// from their own databases when given, else from the outbox database (one
+/// database may hold all three).
+pub async fn snapshot(readers: Readers<'_>) -> Result<Snapshot> {
+    let (outbox_flag, outbox) = readers.outbox;
+    let mut exceptions = BTreeMap::new();
+    let open = outbox.open_exceptions().await?;
+    let failing = outbox.failing_events().await?;
+    let outbox_part = OutboxPart {
+        relays: relays(outbox, None).await?,
+        accounts: held_accounts(&failing, &open),
+        horizon: outbox.horizon().await?,
+    };
+    exceptions.insert(outbox_flag.to_owned(), open);
+    let (fanout_flag, fanout) = readers.fanout.unwrap_or(readers.outbox);
+    let destinations = destinations(fanout, None).await?;
+    let (consumer_flag, consumer) = readers.consumer.unwrap_or(readers.outbox);
+    let gaps = consumer.gaps().await?;
+    for (flag, reader) in [(fanout_flag, fanout), (consumer_flag, consumer)] {
+        if !exceptions.contains_key(flag) {
+            exceptions.insert(flag.to_owned(), reader.open_exceptions().await?);
+        }
+    }
+    Ok(Snapshot {
+        outbox: outbox_part,
+        destinations,
+        gaps,
+        exceptions,
+    })
+}
