@@ -9,6 +9,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::process::Process;
@@ -479,4 +480,151 @@ async fn the_dev_ledger_serves_its_own_counters() {
     );
     assert_eq!(readyz_until(&admin, 200).await, "ready\n");
     ledger.terminate().await;
+}
+
+/// An HTTP destination that takes each request and answers only once `release`
+/// turns true: a publish to it stays in flight meanwhile.
+async fn stalling_destination(release: tokio::sync::watch::Receiver<bool>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", free_port()))
+        .await
+        .unwrap();
+    let url = format!("http://{}/hop2/messages", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut release = release.clone();
+            tokio::spawn(async move {
+                let mut request = vec![0u8; 64 * 1024];
+                let _ = stream.read(&mut request).await;
+                let _ = release.wait_for(|go| *go).await;
+                let _ = stream
+                    .write_all(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    url
+}
+
+/// A fan-out loop whose store refuses its cursor writes (a trigger on the cursor
+/// table, as a botched migration would leave) ends; while the process finishes the
+/// other destination's publish in flight before it exits, the loop shows as not alive
+/// and `/readyz` answers 503 naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_fanout_loop_shows_as_not_alive_and_not_ready() {
+    use common::fanout_process::{HOP2_SECRET, deliver, webhook_body};
+    use common::hop2::Probe;
+    use outbox_core::{MessageSink, Subscriber};
+    use outbox_testkit::ProbeConsumer;
+    use outbox_transport_http::{HttpSubscriber, SubscriberConfig};
+
+    let dir = tempfile::tempdir().unwrap();
+    let fanout_db = dir.path().join("fanout.db");
+    // Destination A: a real signed receiver feeding a probe consumer.
+    let subscriber = HttpSubscriber::bind(SubscriberConfig::new(
+        ([127, 0, 0, 1], 0).into(),
+        HOP2_SECRET,
+    ))
+    .await
+    .unwrap();
+    let healthy = subscriber.url();
+    let probe = Probe::new().await;
+    let sink: Arc<dyn MessageSink> = probe.clone();
+    let (_stop_receiver, receiver_stopping) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move { subscriber.run(sink, receiver_stopping).await });
+    // Destination B: holds its answer until released.
+    let (release, released) = tokio::sync::watch::channel(false);
+    let stalling = stalling_destination(released).await;
+
+    // The store, created by a first run's migration, then made to refuse A's cursor.
+    outbox_store_sqlite::SqliteFanoutStore::open(outbox_store_sqlite::SqliteConfig::new(
+        &fanout_db,
+    ))
+    .await
+    .unwrap();
+    let conn = rusqlite::Connection::open(&fanout_db).unwrap();
+    for event in ["INSERT", "UPDATE"] {
+        conn.execute_batch(&format!(
+            "CREATE TRIGGER refuse_{event}_a BEFORE {event} ON fanout_cursors
+             WHEN NEW.transport = '{healthy}'
+             BEGIN SELECT RAISE(ABORT, 'fanout_cursors refuses this destination'); END;"
+        ))
+        .unwrap();
+    }
+    drop(conn);
+
+    let (intake_port, admin) = (free_port(), loopback());
+    let mut fanout = tokio::process::Command::new(outbox_binary())
+        .args(["fanout", "--listen", &format!("127.0.0.1:{intake_port}")])
+        .args(["--database", &format!("sqlite://{}", fanout_db.display())])
+        .args(["--secret", SECRET, "--publish-secret", HOP2_SECRET])
+        .args(["--to", &healthy, "--to", &stalling])
+        .args(["--poll-interval-ms", "50"])
+        .args(admin_flags(&admin))
+        .env("OUTBOX_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let intake = format!("http://127.0.0.1:{intake_port}{WEBHOOK_PATH}");
+    let deadline = Instant::now() + WITHIN;
+    while tokio::net::TcpStream::connect(("127.0.0.1", intake_port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the intake never listened");
+        assert!(
+            fanout.try_wait().unwrap().is_none(),
+            "outbox fanout exited at start"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(readyz_until(&admin, 200).await, "ready\n");
+
+    // A publishes and cannot keep its cursor: its loop ends. B's publish is in flight.
+    let body = webhook_body(&[("merchants:7002", 1, 1)]);
+    assert_eq!(deliver(&intake, "wh-1", &body).await, 204);
+    let reason = readyz_until(&admin, 503).await;
+    assert!(
+        reason.contains(&format!("fan-out loop {healthy}: ended")),
+        "the reason names the dead loop: {reason}"
+    );
+    assert!(!reason.contains(&stalling), "{reason}");
+    let scraped = scrape(&admin).await;
+    assert_eq!(
+        scraped.value("outbox_fanout_loop_alive", &[("destination", &healthy)]),
+        0.0
+    );
+    assert_eq!(
+        scraped.value("outbox_fanout_loop_alive", &[("destination", &stalling)]),
+        1.0
+    );
+    assert_eq!(
+        scraped.value(
+            "outbox_fanout_messages_published_total",
+            &[("destination", &healthy)]
+        ),
+        1.0
+    );
+    assert_eq!(probe.received().len(), 1);
+
+    // Released, B settles and the process exits non-zero, naming A.
+    release.send(true).unwrap();
+    let status = tokio::time::timeout(WITHIN, fanout.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut stderr = String::new();
+    use tokio::io::AsyncReadExt;
+    fanout
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .await
+        .unwrap();
+    eprintln!("outbox fanout exited ({status}) after /readyz said: {reason}stderr:\n{stderr}");
+    assert!(!status.success(), "exited with {status}: {stderr}");
+    assert!(stderr.contains(&healthy), "{stderr}");
 }
