@@ -6,7 +6,7 @@
 //!
 //! The metrics themselves are recorded through the `metrics` facade where the work
 //! happens (`outbox_core::metrics`); this module installs the Prometheus recorder,
-//! samples the database gauges ([`sampler`]) and serves the text.
+//! samples the database gauges ([`Sampler`]) and serves the text.
 
 mod commands;
 pub mod dev_ledger;

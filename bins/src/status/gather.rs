@@ -52,6 +52,9 @@ pub struct Snapshot {
     pub exceptions: BTreeMap<String, Vec<Exception>>,
 }
 
+/// `outbox relay`'s default `--name`.
+const DEFAULT_RELAY: &str = "relay";
+
 /// The exception kinds that stop an account in the relay.
 fn stops_an_account(kind: ExceptionKind) -> bool {
     matches!(
@@ -193,8 +196,13 @@ pub async fn snapshot(readers: Readers<'_>) -> Result<Snapshot> {
     let mut exceptions = BTreeMap::new();
     let open = outbox.open_exceptions().await?;
     let failing = outbox.failing_events().await?;
+    let mut all_relays = relays(outbox, None).await?;
+    if all_relays.is_empty() {
+        // No relay ran yet: everything committed waits for the default one.
+        all_relays = relays(outbox, Some(DEFAULT_RELAY)).await?;
+    }
     let outbox_part = OutboxPart {
-        relays: relays(outbox, None).await?,
+        relays: all_relays,
         accounts: held_accounts(&failing, &open),
         horizon: outbox.horizon().await?,
     };
