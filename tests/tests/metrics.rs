@@ -628,3 +628,65 @@ async fn a_dead_fanout_loop_shows_as_not_alive_and_not_ready() {
     assert!(!status.success(), "exited with {status}: {stderr}");
     assert!(stderr.contains(&healthy), "{stderr}");
 }
+
+/// A CDC relay on PostgreSQL reports its backlog falling to zero, the server's
+/// horizon and its slot's retained WAL, and the exceptions of its database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_postgres_cdc_relay_reports_backlog_horizon_and_slot() {
+    let Some(outbox) = common::postgres::PgOutbox::new().await else {
+        return;
+    };
+    let ledger = dev_ledger(None).await;
+    let name = format!("metrics{}", &outbox_core::EventId::new().to_string()[24..]);
+    let events = outbox
+        .enqueue(&[fund("11", 1_000), payout("11", 100), payout("12", 100)])
+        .await;
+    let admin = loopback();
+    let mut args = strings(&[
+        "relay",
+        "--database",
+        &outbox.url(),
+        "--ledger-url",
+        &ledger.url(),
+        "--ledger-name",
+        LEDGER,
+        "--name",
+        &name,
+        "--cdc",
+        "--poll-interval-ms",
+        "50",
+    ]);
+    args.extend(admin_flags(&admin));
+    let relay = Process::start("relay --cdc", &args, "admin: ").await;
+    let labels = [("relay", name.as_str())];
+    let slot = format!("outbox_{name}");
+    let scraped = scrape_until(&admin, "the CDC relay to post and read its slot", |s| {
+        s.get("outbox_relay_events_posted_total", &labels) == Some(2.0)
+            && s.get("outbox_relay_events_rejected_total", &labels) == Some(1.0)
+            && s.get("outbox_relay_pending_events", &labels) == Some(0.0)
+            && s.get("outbox_cdc_slot_retained_wal_bytes", &[("slot", &slot)])
+                .is_some()
+    })
+    .await;
+    assert_eq!(
+        scraped.value("outbox_relay_oldest_pending_timestamp_seconds", &labels),
+        0.0
+    );
+    assert!(scraped.value("outbox_postgres_horizon_age_seconds", &[]) >= 0.0);
+    assert!(
+        scraped
+            .get("outbox_postgres_horizon_held_back_events", &[])
+            .is_some()
+    );
+    assert_eq!(
+        scraped.value("outbox_exceptions_open", &[("kind", "rejected")]),
+        1.0,
+        "payout 12 had no funds"
+    );
+    assert_eq!(scraped.value("outbox_store_up", &[]), 1.0);
+    assert_eq!(readyz_until(&admin, 200).await, "ready\n");
+    let lines = relay.terminate().await;
+    assert_eq!(printed(&lines, &format!("relay {name}:"), "accepted"), 2.0);
+    assert_eq!(events.len(), 3);
+    outbox.drop(Some(&name)).await;
+}

@@ -93,9 +93,7 @@ pub async fn for_relay(args: &RelayArgs, stopping: watch::Receiver<bool>) -> Res
     let scope = Scope::Relay {
         name: args.name.clone(),
         fleet: args.partitions.is_some(),
-        cdc_slot: args
-            .cdc
-            .then(|| format!("outbox_{}", args.name.replace('-', "_"))),
+        cdc_slot: args.cdc.then(|| wiring::cdc_slot_name(&args.name)),
     };
     let probe = LedgerProbe::new(
         &args.ledger.url,

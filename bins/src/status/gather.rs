@@ -223,3 +223,139 @@ pub async fn snapshot(readers: Readers<'_>) -> Result<Snapshot> {
         exceptions,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use outbox_core::NewException;
+
+    use super::*;
+
+    fn account(text: &str) -> Account {
+        Account::parse(text).unwrap()
+    }
+
+    fn failing(merchant: &str, sequence: u64, code: &str) -> FailingEvent {
+        FailingEvent {
+            account: account(merchant),
+            sequence,
+            event_id: EventId::new(),
+            attempts: 3,
+            error_code: Some(code.to_owned()),
+            detail: Some("connection refused".to_owned()),
+            last_attempt_at: Utc.timestamp_opt(100, 0).unwrap(),
+        }
+    }
+
+    fn open(kind: ExceptionKind, merchant: &str, sequence: u64, detail: &str) -> Exception {
+        let finding = NewException::new("relay", kind, account(merchant), sequence, detail);
+        Exception {
+            id: 1,
+            source: finding.source,
+            kind,
+            severity: finding.severity,
+            account: finding.account,
+            sequence,
+            event_id: None,
+            ledger_tx: None,
+            asset: None,
+            ledger_amount: None,
+            provider_amount: None,
+            detail: finding.detail,
+            detected_at: Utc.timestamp_opt(200, 0).unwrap(),
+            resolution: None,
+        }
+    }
+
+    #[test]
+    fn the_head_is_listed_once_stopped_when_an_exception_stopped_it() {
+        let failing = [
+            failing("merchants:1", 2, "TRANSPORT"),
+            failing("merchants:1", 3, "TRANSPORT"),
+            failing("merchants:2", 1, "IDEMPOTENCY_MISMATCH"),
+        ];
+        let open = [
+            open(
+                ExceptionKind::IdempotencyMismatch,
+                "merchants:2",
+                1,
+                "another body",
+            ),
+            open(
+                ExceptionKind::Stopped,
+                "merchants:3",
+                4,
+                "the notice failed for good",
+            ),
+            open(
+                ExceptionKind::Rejected,
+                "merchants:4",
+                1,
+                "INSUFFICIENT_FUND",
+            ),
+        ];
+        let held = held_accounts(&failing, &open);
+        let summary: Vec<_> = held
+            .iter()
+            .map(|h| (h.account.as_str(), h.sequence, h.state, h.reason.as_str()))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                (
+                    "merchants:1",
+                    2,
+                    AccountHold::Retrying,
+                    "TRANSPORT: connection refused"
+                ),
+                ("merchants:2", 1, AccountHold::Stopped, "another body"),
+                (
+                    "merchants:3",
+                    4,
+                    AccountHold::Stopped,
+                    "the notice failed for good"
+                ),
+            ],
+            "a refusal holds nothing back"
+        );
+        assert_eq!(held[2].attempts, 0);
+    }
+
+    #[test]
+    fn exceptions_are_counted_by_kind_and_severity_and_gaps_by_consumer() {
+        let open = [
+            open(ExceptionKind::Rejected, "merchants:4", 1, "a"),
+            open(ExceptionKind::Rejected, "merchants:5", 1, "b"),
+            open(ExceptionKind::Stopped, "merchants:3", 4, "c"),
+        ];
+        let counts = exception_counts(&open);
+        let rejected = ExceptionKind::Rejected;
+        let stopped = ExceptionKind::Stopped;
+        assert_eq!(
+            counts.get(&(rejected.as_str(), rejected.default_severity().as_str())),
+            Some(&2)
+        );
+        assert_eq!(
+            counts.get(&(stopped.as_str(), stopped.default_severity().as_str())),
+            Some(&1)
+        );
+        let gap = |consumer: &str, merchant: &str, at: i64| GapStatus {
+            consumer: consumer.to_owned(),
+            account: account(merchant),
+            last_applied: 1,
+            lowest_held: 3,
+            held: 1,
+            oldest_held_at: Utc.timestamp_opt(at, 0).unwrap(),
+        };
+        let gaps = [
+            gap("treasury", "merchants:1", 50),
+            gap("treasury", "merchants:2", 20),
+            gap("audit", "merchants:1", 10),
+        ];
+        assert_eq!(
+            gap_summary(&gaps, "treasury"),
+            (2, Some(Utc.timestamp_opt(20, 0).unwrap()))
+        );
+        assert_eq!(gap_summary(&gaps, "nobody"), (0, None));
+    }
+}

@@ -47,6 +47,11 @@ pub enum Database {
     Postgres(outbox_store_postgres::PgConfig),
 }
 
+/// The replication slot (and publication) of the CDC relay named `relay`.
+pub fn cdc_slot_name(relay: &str) -> String {
+    format!("outbox_{}", relay.replace('-', "_"))
+}
+
 #[allow(dead_code)] // used only for the schemes whose feature is off
 pub(crate) fn not_compiled(field: &str, scheme: &str, feature: &str) -> Error {
     Error::new(
@@ -212,7 +217,7 @@ impl Database {
                 let store = PgStore::open(config.clone()).await?;
                 let mut cdc = CdcConfig::new(&config.url);
                 cdc.relay = relay.to_owned();
-                cdc.slot = format!("outbox_{}", relay.replace('-', "_"));
+                cdc.slot = cdc_slot_name(relay);
                 cdc.publication = cdc.slot.clone();
                 if let Some(schema) = &config.schema {
                     cdc.schema = schema.clone();
