@@ -258,6 +258,7 @@ async fn scraped_figures_follow_an_end_to_end_run() {
             && s.get("outbox_relay_events_rejected_total", &relay_labels) == Some(1.0)
             && s.get("outbox_relay_parked_accounts", &relay_labels) == Some(1.0)
             && s.get("outbox_relay_pending_events", &relay_labels) == Some(total)
+            && s.get("outbox_exceptions_open", &[("kind", "rejected")]) == Some(1.0)
     })
     .await;
     assert!(during.value("outbox_relay_events_failed_total", &relay_labels) >= 1.0);
@@ -351,6 +352,7 @@ async fn scraped_figures_follow_an_end_to_end_run() {
     let inbox = [("consumer", "treasury")];
     let consumed = scrape_until(&consumer_admin, "the consumer to apply everything", |s| {
         s.get("outbox_inbox_messages_applied_total", &inbox) == Some(total)
+            && s.get("outbox_inbox_gaps", &inbox) == Some(0.0)
     })
     .await;
     assert_eq!(consumed.value("outbox_inbox_gaps", &inbox), 0.0);
@@ -483,19 +485,26 @@ async fn the_dev_ledger_serves_its_own_counters() {
 }
 
 /// An HTTP destination that takes each request and answers only once `release`
-/// turns true: a publish to it stays in flight meanwhile.
-async fn stalling_destination(release: tokio::sync::watch::Receiver<bool>) -> String {
+/// turns true: a publish to it stays in flight meanwhile. The counter says how many
+/// requests it took.
+async fn stalling_destination(
+    release: tokio::sync::watch::Receiver<bool>,
+) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", free_port()))
         .await
         .unwrap();
     let url = format!("http://{}/hop2/messages", listener.local_addr().unwrap());
+    let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = Arc::clone(&taken);
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
             let mut release = release.clone();
+            let counter = Arc::clone(&counter);
             tokio::spawn(async move {
                 let mut request = vec![0u8; 64 * 1024];
                 let _ = stream.read(&mut request).await;
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let _ = release.wait_for(|go| *go).await;
                 let _ = stream
                     .write_all(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
@@ -503,7 +512,7 @@ async fn stalling_destination(release: tokio::sync::watch::Receiver<bool>) -> St
             });
         }
     });
-    url
+    (url, taken)
 }
 
 /// A fan-out loop whose store refuses its cursor writes (a trigger on the cursor
@@ -534,24 +543,7 @@ async fn a_dead_fanout_loop_shows_as_not_alive_and_not_ready() {
     tokio::spawn(async move { subscriber.run(sink, receiver_stopping).await });
     // Destination B: holds its answer until released.
     let (release, released) = tokio::sync::watch::channel(false);
-    let stalling = stalling_destination(released).await;
-
-    // The store, created by a first run's migration, then made to refuse A's cursor.
-    outbox_store_sqlite::SqliteFanoutStore::open(outbox_store_sqlite::SqliteConfig::new(
-        &fanout_db,
-    ))
-    .await
-    .unwrap();
-    let conn = rusqlite::Connection::open(&fanout_db).unwrap();
-    for event in ["INSERT", "UPDATE"] {
-        conn.execute_batch(&format!(
-            "CREATE TRIGGER refuse_{event}_a BEFORE {event} ON fanout_cursors
-             WHEN NEW.transport = '{healthy}'
-             BEGIN SELECT RAISE(ABORT, 'fanout_cursors refuses this destination'); END;"
-        ))
-        .unwrap();
-    }
-    drop(conn);
+    let (stalling, stalled) = stalling_destination(released).await;
 
     let (intake_port, admin) = (free_port(), loopback());
     let mut fanout = tokio::process::Command::new(outbox_binary())
@@ -582,9 +574,42 @@ async fn a_dead_fanout_loop_shows_as_not_alive_and_not_ready() {
     }
     assert_eq!(readyz_until(&admin, 200).await, "ready\n");
 
-    // A publishes and cannot keep its cursor: its loop ends. B's publish is in flight.
-    let body = webhook_body(&[("merchants:7002", 1, 1)]);
-    assert_eq!(deliver(&intake, "wh-1", &body).await, 204);
+    // The first message: A confirms it, B's publish of it stays in flight.
+    let first = webhook_body(&[("merchants:7002", 1, 1)]);
+    assert_eq!(deliver(&intake, "wh-1", &first).await, 204);
+    let a_cursor = || {
+        rusqlite::Connection::open(&fanout_db)
+            .and_then(|c| {
+                c.query_row(
+                    "SELECT count(*) FROM fanout_cursors WHERE transport = ?1 AND position = 1",
+                    [&healthy],
+                    |r| r.get::<_, i64>(0),
+                )
+            })
+            .unwrap_or(0)
+    };
+    eventually(
+        WITHIN,
+        "A to keep the first message's cursor and B to take it",
+        || a_cursor() == 1 && stalled.load(std::sync::atomic::Ordering::SeqCst) == 1,
+    )
+    .await;
+    assert_eq!(probe.received().len(), 1);
+    // Then the store refuses A's cursor; A publishes the second message and cannot
+    // keep its cursor: its loop ends, while B still waits for its answer.
+    let conn = rusqlite::Connection::open(&fanout_db).unwrap();
+    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    for event in ["INSERT", "UPDATE"] {
+        conn.execute_batch(&format!(
+            "CREATE TRIGGER refuse_{event}_a BEFORE {event} ON fanout_cursors
+             WHEN NEW.transport = '{healthy}'
+             BEGIN SELECT RAISE(ABORT, 'fanout_cursors refuses this destination'); END;"
+        ))
+        .unwrap();
+    }
+    drop(conn);
+    let second = webhook_body(&[("merchants:7002", 2, 2)]);
+    assert_eq!(deliver(&intake, "wh-2", &second).await, 204);
     let reason = readyz_until(&admin, 503).await;
     assert!(
         reason.contains(&format!("fan-out loop {healthy}: ended")),
@@ -605,9 +630,14 @@ async fn a_dead_fanout_loop_shows_as_not_alive_and_not_ready() {
             "outbox_fanout_messages_published_total",
             &[("destination", &healthy)]
         ),
-        1.0
+        2.0
     );
-    assert_eq!(probe.received().len(), 1);
+    assert_eq!(probe.received().len(), 2);
+    assert_eq!(
+        stalled.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "B still on its first"
+    );
 
     // Released, B settles and the process exits non-zero, naming A.
     release.send(true).unwrap();
@@ -689,4 +719,47 @@ async fn a_postgres_cdc_relay_reports_backlog_horizon_and_slot() {
     assert_eq!(printed(&lines, &format!("relay {name}:"), "accepted"), 2.0);
     assert_eq!(events.len(), 3);
     outbox.drop(Some(&name)).await;
+}
+
+/// A consumer whose database cannot be read (its gap queue's table renamed away, as
+/// a botched migration would leave it) is not ready, says why and reports the store
+/// down; once the table is back it is ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_consumer_whose_store_cannot_be_read_is_not_ready_until_it_can() {
+    let dir = tempfile::tempdir().unwrap();
+    let treasury = dir.path().join("treasury.db");
+    let admin = loopback();
+    let mut args = strings(&[
+        "consume",
+        "--from",
+        &format!("http://{}", loopback()),
+        "--secret",
+        PUBLISH_SECRET,
+        "--database",
+        &format!("sqlite://{}", treasury.display()),
+    ]);
+    args.extend(admin_flags(&admin));
+    let consumer = Process::start("consume", &args, "admin: ").await;
+    assert_eq!(readyz_until(&admin, 200).await, "ready\n");
+
+    let conn = rusqlite::Connection::open(&treasury).unwrap();
+    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    conn.execute_batch("ALTER TABLE inbox_held RENAME TO inbox_held_gone")
+        .unwrap();
+    let reason = readyz_until(&admin, 503).await;
+    assert!(
+        reason.contains("store: unreachable") && reason.contains("inbox_held"),
+        "{reason}"
+    );
+    let down = scrape_until(&admin, "the store reported down", |s| {
+        s.get("outbox_store_up", &[]) == Some(0.0)
+    })
+    .await;
+    assert!(down.get("outbox_info", &[]).is_some());
+
+    conn.execute_batch("ALTER TABLE inbox_held_gone RENAME TO inbox_held")
+        .unwrap();
+    assert_eq!(readyz_until(&admin, 200).await, "ready\n");
+    assert_eq!(scrape(&admin).await.value("outbox_store_up", &[]), 1.0);
+    consumer.terminate().await;
 }

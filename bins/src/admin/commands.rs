@@ -110,7 +110,8 @@ pub async fn for_relay(args: &RelayArgs, stopping: watch::Receiver<bool>) -> Res
 }
 
 /// `outbox fanout --admin-listen`: each destination's backlog; ready while the
-/// store answers, every loop runs and no stop was requested.
+/// store (and, with `--ledger-url`, the catch-up's ledger) answers, every loop runs
+/// and no stop was requested.
 pub async fn for_fanout(
     args: &FanoutArgs,
     admin_args: &AdminArgs,
@@ -124,10 +125,19 @@ pub async fn for_fanout(
     let scope = Scope::Fanout {
         destinations: destinations.to_vec(),
     };
+    // With a catch-up ledger, that ledger must answer too.
+    let probe = match (&args.ledger_url, &args.ledger_name) {
+        (Some(url), Some(name)) => Some(LedgerProbe::new(url, name, args.ledger_token.as_deref())),
+        _ => None,
+    };
     let interval = admin_args.sample_interval();
     let settings = (args, admin_args);
     let admin = start(admin_args, &settings, stopping, |health, handle| {
-        Sampler::new(reader, scope, health, handle, interval).spawn()
+        let sampler = Sampler::new(reader, scope, health, handle, interval);
+        match probe {
+            Some(probe) => sampler.with_ledger(probe).spawn(),
+            None => sampler.spawn(),
+        }
     })
     .await?;
     if let Some(admin) = &admin {
