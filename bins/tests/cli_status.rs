@@ -1,5 +1,6 @@
-//! `outbox status` on a seeded SQLite outbox (relay cursor, deliveries, an exception
-//! and a fan-out log in one file) and a consumer database of its own: the text an
+//! `outbox status` on a seeded outbox (relay cursor, deliveries, an exception and a
+//! fan-out log in one database) and a consumer database of its own, on SQLite and on
+//! PostgreSQL: the text an
 //! operator reads and the `--json` a script parses say the same thing.
 
 use std::process::{Command, Output};
@@ -49,25 +50,22 @@ fn record(
     }
 }
 
-/// merchants:1 #1 delivered and #2 failing (retrying), merchants:2 #1 stopped by an
-/// idempotency mismatch, merchants:3 #1 not tried; the relay's cursor after
-/// merchants:1 #1; two fan-out messages, one past the destination's cursor; the
-/// consumer holding merchants:5 #3 behind a missing #2.
-async fn seed(outbox_path: &std::path::Path, consumer_path: &std::path::Path) -> Vec<OutboxEvent> {
-    let config = SqliteConfig::new(outbox_path);
-    let store = SqliteStore::open(config.clone()).await.unwrap();
-    let mut conn = connect(&config).unwrap();
-    let tx = conn.transaction().unwrap();
-    let events: Vec<_> = [
+/// The events to enqueue, in this order: merchants:1 #1 and #2, merchants:2 #1,
+/// merchants:3 #1.
+fn new_events() -> Vec<outbox_core::NewEvent> {
+    vec![
         settlement("1", 500),
         payout("1", 200),
         settlement("2", 500),
         settlement("3", 500),
     ]
-    .iter()
-    .map(|event| enqueue(&tx, event).unwrap())
-    .collect();
-    tx.commit().unwrap();
+}
+
+/// Over the enqueued `events`: merchants:1 #1 delivered and #2 failing (retrying),
+/// merchants:2 #1 stopped by an idempotency mismatch, merchants:3 #1 not tried; the
+/// relay's cursor after merchants:1 #1; two fan-out messages, one past the
+/// destination's cursor.
+async fn seed(store: &dyn Store, fanout: &dyn FanoutStore, events: &[OutboxEvent]) {
     store
         .save_cursor("relay", events[0].position)
         .await
@@ -103,7 +101,6 @@ async fn seed(outbox_path: &std::path::Path, consumer_path: &std::path::Path) ->
         )
         .await
         .unwrap();
-    let fanout = SqliteFanoutStore::open(config).await.unwrap();
     fanout
         .append(
             "wh-1",
@@ -131,36 +128,32 @@ async fn seed(outbox_path: &std::path::Path, consumer_path: &std::path::Path) ->
         .save_cursor(DESTINATION, stored[0].position)
         .await
         .unwrap();
-
-    let consumer = SqliteConfig::new(consumer_path);
-    drop(SqliteStore::open(consumer.clone()).await.unwrap());
-    connect(&consumer)
-        .unwrap()
-        .execute_batch(
-            "INSERT INTO inbox_accounts (consumer, account, last_applied) VALUES ('treasury', 'merchants:5', 1);
-             INSERT INTO inbox_held (consumer, account, sequence, instruction_id, kind, payload, held_at)
-             VALUES ('treasury', 'merchants:5', 3, 'i3', 'committed', x'00', 1000000);",
-        )
-        .unwrap();
-    events
 }
 
-#[tokio::test]
-async fn status_shows_backlog_held_accounts_destinations_gaps_and_exceptions() {
-    let dir = tempfile::tempdir().unwrap();
-    let (outbox_path, consumer_path) =
-        (dir.path().join("outbox.db"), dir.path().join("consumer.db"));
-    let events = seed(&outbox_path, &consumer_path).await;
-    let database = format!("sqlite://{}", outbox_path.display());
-    let consumer = format!("sqlite://{}", consumer_path.display());
+/// The consumer holding merchants:5 #3 behind a missing #2 (`held_at` the literal of
+/// unix second 1 in the store's timestamp column).
+fn gap_sql(held_at: &str, payload: &str) -> String {
+    format!(
+        "INSERT INTO inbox_accounts (consumer, account, last_applied) VALUES ('treasury', 'merchants:5', 1);
+         INSERT INTO inbox_held (consumer, account, sequence, instruction_id, kind, payload, held_at)
+         VALUES ('treasury', 'merchants:5', 3, 'i3', 'committed', {payload}, {held_at});"
+    )
+}
+
+/// `outbox status` (text and `--json`) on the seeded databases.
+fn status_shows_the_seeded_state(
+    database: &str,
+    consumer: &str,
+    events: &[OutboxEvent],
+    first_cursor: u64,
+) -> serde_json::Value {
     let args = [
         "status",
         "--database",
-        &database,
+        database,
         "--consumer-database",
-        &consumer,
+        consumer,
     ];
-
     let text = stdout(&args);
     for expected in [
         "relays (1)",
@@ -174,7 +167,7 @@ async fn status_shows_backlog_held_accounts_destinations_gaps_and_exceptions() {
         &format!("  merchants:2 #1 STOPPED event {}", events[2].event_id),
         "idempotency key reused with a different body: account stopped",
         "fan-out destinations (1)",
-        &format!("  {DESTINATION}: cursor 1, pending 1, oldest "),
+        &format!("  {DESTINATION}: cursor {first_cursor}, pending 1, oldest "),
         "open gaps (1)",
         "  treasury merchants:5: applied through #1, missing #2, 1 held since 1970-01-01T00:00:01Z",
         "open exceptions in --database (1)",
@@ -221,7 +214,7 @@ async fn status_shows_backlog_held_accounts_destinations_gaps_and_exceptions() {
             destination["cursor"].as_u64(),
             destination["backlog"]["pending"].as_u64()
         ),
-        (Some(1), Some(1))
+        (Some(first_cursor), Some(1))
     );
     let gap = &json["gaps"][0];
     assert_eq!(
@@ -240,7 +233,116 @@ async fn status_shows_backlog_held_accounts_destinations_gaps_and_exceptions() {
     assert_eq!(open["database"].as_array().unwrap().len(), 1);
     assert_eq!(open["database"][0]["kind"], "idempotency_mismatch");
     assert_eq!(open["consumer-database"].as_array().unwrap().len(), 0);
+    json
+}
+
+#[tokio::test]
+async fn sqlite_status_shows_backlog_held_accounts_destinations_gaps_and_exceptions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (outbox_path, consumer_path) =
+        (dir.path().join("outbox.db"), dir.path().join("consumer.db"));
+    let config = SqliteConfig::new(&outbox_path);
+    let store = SqliteStore::open(config.clone()).await.unwrap();
+    let mut conn = connect(&config).unwrap();
+    let tx = conn.transaction().unwrap();
+    let events: Vec<_> = new_events()
+        .iter()
+        .map(|e| enqueue(&tx, e).unwrap())
+        .collect();
+    tx.commit().unwrap();
+    let fanout = SqliteFanoutStore::open(config).await.unwrap();
+    seed(&store, &fanout, &events).await;
+    let consumer = SqliteConfig::new(&consumer_path);
+    drop(SqliteStore::open(consumer.clone()).await.unwrap());
+    connect(&consumer)
+        .unwrap()
+        .execute_batch(&gap_sql("1000000", "x'00'"))
+        .unwrap();
+    let json = status_shows_the_seeded_state(
+        &format!("sqlite://{}", outbox_path.display()),
+        &format!("sqlite://{}", consumer_path.display()),
+        &events,
+        1,
+    );
     assert!(json["postgres_horizon"].is_null(), "SQLite has no horizon");
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn postgres_status_shows_backlog_held_accounts_destinations_gaps_and_exceptions() {
+    use outbox_store_postgres::{PgConfig, PgFanoutStore, PgStore};
+    use sqlx::{Connection, Executor};
+
+    let server = std::env::var("OUTBOX_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    match sqlx::PgConnection::connect(&server).await {
+        Ok(conn) => drop(conn.close().await),
+        Err(e) if std::env::var_os("OUTBOX_TEST_REQUIRE").is_some_and(|v| !v.is_empty()) => {
+            panic!("PostgreSQL at {server} is unreachable ({e}) and OUTBOX_TEST_REQUIRE is set")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: PostgreSQL at {server} is unreachable ({e})");
+            return;
+        }
+    }
+    let id = uuid::Uuid::now_v7().simple().to_string();
+    let (outbox_schema, consumer_schema) = (
+        format!("outbox_cli_st_{id}"),
+        format!("outbox_cli_stc_{id}"),
+    );
+    let store = PgStore::open(PgConfig::new(&server).with_schema(&outbox_schema))
+        .await
+        .unwrap();
+    let mut tx = store.pool().begin().await.unwrap();
+    let mut events = Vec::new();
+    for event in new_events() {
+        events.push(
+            outbox_store_postgres::enqueue(&mut tx, &event)
+                .await
+                .unwrap(),
+        );
+    }
+    tx.commit().await.unwrap();
+    let fanout = PgFanoutStore::open(PgConfig::new(&server).with_schema(&outbox_schema))
+        .await
+        .unwrap();
+    seed(&store, &fanout, &events).await;
+    let first_cursor = fanout.read_after(0, 1).await.unwrap()[0].position;
+    let consumer = PgStore::open(PgConfig::new(&server).with_schema(&consumer_schema))
+        .await
+        .unwrap();
+    consumer
+        .pool()
+        .execute(sqlx::AssertSqlSafe(gap_sql("to_timestamp(1)", "'\\x00'")))
+        .await
+        .unwrap();
+    drop((store, fanout, consumer));
+    let separator = if server.contains('?') { '&' } else { '?' };
+    let url = |schema: &str| format!("{server}{separator}schema={schema}");
+    let outcome = std::panic::catch_unwind(|| {
+        let json = status_shows_the_seeded_state(
+            &url(&outbox_schema),
+            &url(&consumer_schema),
+            &events,
+            first_cursor,
+        );
+        let horizon = &json["postgres_horizon"];
+        assert!(
+            horizon["oldest_age_seconds"].as_f64().is_some(),
+            "{horizon}"
+        );
+        assert!(horizon["held_back"].as_u64().is_some(), "{horizon}");
+    });
+    let mut conn = sqlx::PgConnection::connect(&server).await.unwrap();
+    for schema in [&outbox_schema, &consumer_schema] {
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
 }
 
 #[test]
