@@ -89,6 +89,9 @@ pub async fn for_relay(args: &RelayArgs, stopping: watch::Receiver<bool>) -> Res
     if args.admin.admin_listen.is_none() {
         return Ok(None);
     }
+    // The relay opens (and migrates) its store after this; the read-only reader
+    // needs the tables first.
+    wiring::database(&args.database)?.migrate().await?;
     let reader = wiring::status_reader("database", &args.database).await?;
     let scope = Scope::Relay {
         name: args.name.clone(),
