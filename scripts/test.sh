@@ -32,6 +32,11 @@ bash scripts/tansu.sh start 9092
 trap 'bash scripts/tansu.sh stop 9092' EXIT
 export OUTBOX_KAFKA_BROKERS="${OUTBOX_KAFKA_BROKERS:-127.0.0.1:9092}"
 
+step "promtool for the alert rule tests (Debian's prometheus package, unpacked once into the cache)"
+export OUTBOX_PROMTOOL_ROOT="${OUTBOX_PROMTOOL_ROOT:-/var/cache/ledger-outbox/promtool}"
+bash scripts/promtool.sh install
+export OUTBOX_PROMTOOL="$OUTBOX_PROMTOOL_ROOT/usr/bin/promtool"
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

@@ -89,7 +89,11 @@ pub enum Command {
     Demo(crate::demo::DemoArgs),
     /// Run the local Formance-v2-compatible dev ledger.
     #[cfg(feature = "dev-ledger")]
-    DevLedger(outbox_ledger_dev::DevLedgerArgs),
+    DevLedger(crate::commands::dev_ledger::DevLedgerCli),
+    /// Where the payouts are: relay cursors and lag, the oldest pending event, parked
+    /// and stopped accounts with the reason, fan-out destinations with pending
+    /// counts, open gaps, open exceptions.
+    Status(crate::status::StatusArgs),
 }
 
 impl Command {
@@ -139,9 +143,14 @@ pub struct LedgerArgs {
 pub struct AdminArgs {
     /// Serve /metrics, /healthz and /readyz on this address (off unless set).
     /// [config: admin.listen]
-    #[arg(id = "admin_listen", long = "admin-listen")]
+    #[arg(id = "admin_listen", long = "admin-listen", value_name = "ADDR")]
     #[serde(rename = "listen", skip_serializing_if = "Option::is_none")]
     pub listen: Option<std::net::SocketAddr>,
+    /// How often the gauges read from the database are sampled, in milliseconds
+    /// [5000, config: admin.sample_interval_ms].
+    #[arg(id = "admin_sample_interval_ms", long = "admin-sample-interval-ms", value_parser = clap::value_parser!(u64).range(10..))]
+    #[serde(rename = "sample_interval_ms", skip_serializing_if = "Option::is_none")]
+    pub sample_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, clap::Args, Serialize)]

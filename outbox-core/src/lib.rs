@@ -10,10 +10,12 @@ pub mod fleet;
 pub mod http_answer;
 pub mod inbox;
 pub mod ledger;
+pub mod metrics;
 pub mod reconcile;
 pub mod relay;
 pub mod retention;
 pub mod retry;
+pub mod status;
 pub mod store;
 #[cfg(test)]
 mod testing;

@@ -42,6 +42,11 @@ impl PgAuditReader {
         Ok(Self { pool })
     }
 
+    /// The pool the lookups run on.
+    pub(crate) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
     /// The outbox row of `event_id`, if this outbox holds it.
     ///
     /// # Errors

@@ -185,6 +185,7 @@ async fn write(
         .await
         .storage()
         .map_err(|e| e.with("event_id", event_id).with("account", &event.account))?;
+    outbox_core::metrics::event_enqueued();
     Ok(OutboxEvent {
         position: PgPosition::Snapshot {
             txid,

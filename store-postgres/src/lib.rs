@@ -20,6 +20,7 @@ mod position;
 mod reconcile;
 mod relay_lock;
 mod retention;
+mod status;
 mod store;
 
 pub use audit::PgAuditReader;

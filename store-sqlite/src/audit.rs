@@ -76,7 +76,7 @@ impl SqliteAuditReader {
         &self.path
     }
 
-    async fn run<T, F>(&self, f: F) -> outbox_core::Result<T>
+    pub(crate) async fn run<T, F>(&self, f: F) -> outbox_core::Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,

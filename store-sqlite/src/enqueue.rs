@@ -93,6 +93,7 @@ pub fn enqueue(conn: &Connection, event: &NewEvent) -> outbox_core::Result<Outbo
     if let Some(path) = conn.path() {
         wakeup::notify(path);
     }
+    outbox_core::metrics::event_enqueued();
     Ok(OutboxEvent {
         position: crate::position::row_position(position),
         event_id,

@@ -14,6 +14,7 @@ mod reconcile;
 mod relay_lock;
 mod retention;
 mod shared;
+mod status;
 mod store;
 mod time;
 mod wakeup;

@@ -18,6 +18,7 @@ pub mod peak_rss;
 pub mod ports;
 pub mod raw_drain;
 pub mod reconcile_cases;
+pub mod status_cases;
 pub mod store_cases;
 pub mod tansu;
 pub mod transport_cases;

@@ -29,6 +29,7 @@ pub async fn run(settings: &Settings) -> Result<()> {
         redact_url(&database)
     );
     let stopped = stop_on_signal("finishing the message in hand");
+    let _admin = crate::admin::for_consume(settings, stopped.clone()).await?;
     let alarms = tokio::spawn(watch_gaps(treasury.clone(), gap_alarm));
     let sink: Arc<dyn MessageSink> = treasury.sink();
     let result = subscriber.subscriber.run(sink, stopped).await;

@@ -149,7 +149,7 @@ async fn resolve(args: ResolveArgs) -> Result<()> {
     Ok(())
 }
 
-fn to_json(e: &Exception) -> serde_json::Value {
+pub(crate) fn to_json(e: &Exception) -> serde_json::Value {
     let mut out = finding_json(&e.finding());
     out["id"] = json!(e.id);
     out["detected_at"] = json!(e.detected_at.to_rfc3339());

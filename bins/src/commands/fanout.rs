@@ -82,6 +82,7 @@ async fn daemon(settings: &Settings) -> Result<()> {
         names.join(", ")
     );
     let mut signal = stop_on_signal("finishing the publishes in flight");
+    let admin = crate::admin::for_fanout(settings, &names, signal.clone()).await?;
     let (stop, stopping) = watch::channel(false);
     let catch_up = catch_up.map(|c| c.spawn(store.clone(), wakeup.clone(), stopping.clone()));
     let config = FanoutConfig {
@@ -97,7 +98,12 @@ async fn daemon(settings: &Settings) -> Result<()> {
             .map_err(|e| e.with("destination", &name))?
             .with_wakeup(wakeup.clone());
         let stopping = stopping.clone();
-        loops.spawn(async move { (name, fanout.run(RunMode::Daemon, stopping).await) });
+        let health = admin.as_ref().map(crate::admin::Admin::health);
+        loops.spawn(async move {
+            let outcome = fanout.run(RunMode::Daemon, stopping).await;
+            crate::admin::loop_ended(health.as_deref(), &name, &outcome);
+            (name, outcome)
+        });
     }
     // A loop ends before a stop only when its store stayed unusable: the destination
     // is no longer served, so the whole process stops rather than go on answering

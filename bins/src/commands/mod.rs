@@ -6,6 +6,8 @@ mod catch_up;
 pub mod check;
 pub mod config;
 mod consume;
+#[cfg(feature = "dev-ledger")]
+pub mod dev_ledger;
 mod enqueue;
 pub mod exceptions;
 #[cfg(feature = "http")]
@@ -50,6 +52,10 @@ pub fn flags(cli: &Cli) -> serde_json::Value {
             _ => serde_json::json!({}),
         },
         Command::Consume(args) => serde_json::to_value(args).unwrap_or_default(),
+        #[cfg(feature = "dev-ledger")]
+        Command::DevLedger(cli) => serde_json::json!({
+            "admin": serde_json::to_value(&cli.admin).unwrap_or_default(),
+        }),
         _ => serde_json::json!({}),
     };
     if let Some(format) = cli.log_format {
@@ -86,6 +92,7 @@ pub async fn run(command: Command, loaded: &Loaded) -> outbox_core::Result<()> {
         #[cfg(all(feature = "sqlite", feature = "http", feature = "dev-ledger"))]
         Command::Demo(args) => crate::demo::run(args).await,
         #[cfg(feature = "dev-ledger")]
-        Command::DevLedger(args) => outbox_ledger_dev::run_cli(args).await,
+        Command::DevLedger(cli) => dev_ledger::run(cli, settings).await,
+        Command::Status(args) => crate::status::run(args).await,
     }
 }

@@ -89,6 +89,8 @@ pub async fn relay(args: &RelayArgs, settings: &Settings) -> Result<Summary> {
         .lock_relay(&relay.name, relay.partitions.is_some())
         .await?;
     let stopped = stop_on_signal("finishing the posts in flight");
+    // Served until the run ends; not ready from the stop signal on (draining).
+    let _admin = crate::admin::for_relay(settings, stopped.clone()).await?;
     if let Some(partitions) = relay.partitions {
         let fleet = wiring::FleetStart {
             partitions,

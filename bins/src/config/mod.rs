@@ -222,11 +222,28 @@ impl Default for ConsumeSettings {
 }
 
 /// The admin endpoints (`/metrics`, `/healthz`, `/readyz`) of long-running commands.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdminSettings {
     /// Off unless set.
     pub listen: Option<SocketAddr>,
+    /// How often the gauges read from the database are sampled, in milliseconds.
+    pub sample_interval_ms: u64,
+}
+
+impl Default for AdminSettings {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            sample_interval_ms: 5000,
+        }
+    }
+}
+
+impl AdminSettings {
+    pub fn sample_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.sample_interval_ms.max(10))
+    }
 }
 
 /// Logging on standard error.

@@ -73,6 +73,7 @@ impl TreasuryConsumer {
         let accepted = block_on(self.engine.accept(&mut inbox, message, &mut handler))?;
         tx.commit().map_err(map_error)?;
         self.stats.record(&accepted);
+        outbox_core::metrics::inbox_accepted(self.engine.consumer(), &accepted);
         Ok(accepted)
     }
 

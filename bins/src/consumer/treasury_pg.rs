@@ -133,6 +133,7 @@ impl PgTreasuryConsumer {
         write_summed(&mut tx, impact.summed).await?;
         tx.commit().await.map_err(map_error)?;
         self.stats.record(&accepted);
+        outbox_core::metrics::inbox_accepted(self.engine.consumer(), &accepted);
         Ok(accepted)
     }
 

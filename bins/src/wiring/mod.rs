@@ -6,6 +6,7 @@ mod destinations;
 mod reconcile;
 mod relay_lock;
 mod retention;
+mod status_reader;
 mod treasury;
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ pub use destinations::{
 };
 pub use reconcile::{ReconcileDatabase, formance_client, reconcile_database};
 pub use relay_lock::RelayNameLock;
+pub use status_reader::status_reader;
 pub use treasury::{Treasury, fanout_store, treasury};
 
 use outbox_core::{Error, ErrorKind, NewEvent, OutboxEvent, Relay, Result, Store};
@@ -43,6 +45,11 @@ pub enum Database {
     /// server's search path).
     #[cfg(feature = "postgres")]
     Postgres(outbox_store_postgres::PgConfig),
+}
+
+/// The replication slot (and publication) of the CDC relay named `relay`.
+pub fn cdc_slot_name(relay: &str) -> String {
+    format!("outbox_{}", relay.replace('-', "_"))
 }
 
 #[allow(dead_code)] // used only for the schemes whose feature is off
@@ -217,7 +224,7 @@ impl Database {
                 let store = PgStore::open(config.clone()).await?;
                 let mut cdc = CdcConfig::new(&config.url);
                 cdc.relay = relay.to_owned();
-                cdc.slot = format!("outbox_{}", relay.replace('-', "_"));
+                cdc.slot = cdc_slot_name(relay);
                 cdc.publication = cdc.slot.clone();
                 if let Some(schema) = &config.schema {
                     cdc.schema = schema.clone();

@@ -26,6 +26,7 @@ use crate::domain::{EventId, OutboxEvent, PayloadKind, Position};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exception::{ExceptionKind, NewException};
 use crate::ledger::{Ledger, PostOutcome};
+use crate::metrics::{self, RelayOutcome};
 use crate::relay::Relay;
 use crate::retry::RetryPolicy;
 use crate::store::{DeliveryOutcome, DeliveryRecord, DeliveryState, Store, attempted_cursor};
@@ -136,6 +137,7 @@ impl Dispatcher {
         mode: RunMode,
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<Summary> {
+        metrics::relay_accounts(self.relay.name(), 0, 0);
         loop {
             if *shutdown.borrow() {
                 break;
@@ -166,9 +168,12 @@ impl Dispatcher {
                 self.store.as_ref(),
                 heads,
                 &self.config,
+                self.relay.name(),
             )
             .await;
             self.apply(outcomes).await?;
+            let (parked, stopped) = self.queues.parked_and_stopped();
+            metrics::relay_accounts(self.relay.name(), parked, stopped);
             if let Some(position) = self.queues.advance_frontier() {
                 self.unsaved_cursor = Some(position);
             }
@@ -282,6 +287,7 @@ impl Dispatcher {
             match sent {
                 Ok(Sent::Posted(PostOutcome::Accepted { transaction_id })) => {
                     self.summary.accepted += 1;
+                    metrics::relay_outcome(self.relay.name(), RelayOutcome::Posted);
                     records.push(record(
                         &head.event,
                         attempt,
@@ -295,6 +301,7 @@ impl Dispatcher {
                 Ok(Sent::Posted(PostOutcome::Replayed { transaction_id })) => {
                     tracing::info!(event_id = %head.event.event_id, account = %account, transaction_id, "ledger replayed the original transaction (Idempotency-Hit)");
                     self.summary.replayed += 1;
+                    metrics::relay_outcome(self.relay.name(), RelayOutcome::Replayed);
                     records.push(record(
                         &head.event,
                         attempt,
@@ -308,6 +315,7 @@ impl Dispatcher {
                 Ok(Sent::Posted(PostOutcome::Rejected { code, message })) => {
                     tracing::warn!(event_id = %head.event.event_id, account = %account, sequence = head.event.sequence, code, "ledger rejected the event");
                     self.summary.rejected += 1;
+                    metrics::relay_outcome(self.relay.name(), RelayOutcome::Rejected);
                     records.push(record(
                         &head.event,
                         attempt,
@@ -327,6 +335,7 @@ impl Dispatcher {
                 Ok(Sent::AlreadyRefused { code }) => {
                     tracing::warn!(event_id = %head.event.event_id, account = %account, sequence = head.event.sequence, code, "the ledger holds this event's rejection notice: refused before a crash, not posted again");
                     self.summary.rejected += 1;
+                    metrics::relay_outcome(self.relay.name(), RelayOutcome::Rejected);
                     records.push(record(
                         &head.event,
                         attempt,
@@ -349,6 +358,7 @@ impl Dispatcher {
                     }
                 }
                 Err(err) => {
+                    metrics::relay_outcome(self.relay.name(), RelayOutcome::Failed);
                     let code = error_code(&err);
                     records.push(record(
                         &head.event,

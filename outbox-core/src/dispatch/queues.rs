@@ -154,6 +154,20 @@ impl Queues {
             .all(|q| q.events.is_empty() || q.state == AccountState::Stopped)
     }
 
+    /// How many accounts wait for a retry (parked, with an event to send) and how
+    /// many are stopped, for the relay's gauges.
+    pub fn parked_and_stopped(&self) -> (usize, usize) {
+        let mut counts = (0, 0);
+        for queue in self.accounts.values() {
+            match queue.state {
+                AccountState::Parked { .. } if !queue.events.is_empty() => counts.0 += 1,
+                AccountState::Stopped => counts.1 += 1,
+                _ => {}
+            }
+        }
+        counts
+    }
+
     pub fn stopped_accounts(&self) -> Vec<Account> {
         self.accounts
             .iter()

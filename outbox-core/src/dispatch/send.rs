@@ -2,6 +2,8 @@
 //! replay must be observed or the call is not a plain post, and the rejection notice
 //! of a head the ledger already refused.
 
+use std::time::Instant;
+
 use futures_util::stream::{self, StreamExt};
 use tracing::Instrument;
 
@@ -11,6 +13,7 @@ use super::queues::Pending;
 use crate::domain::{EventId, LedgerCommand, Metadata, OutboxEvent, PayloadKind};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ledger::{BulkItem, Ledger, PostOutcome};
+use crate::metrics;
 use crate::store::{DeliveryOutcome, Store};
 use crate::trace::relay_post_span;
 
@@ -38,6 +41,7 @@ pub(crate) async fn send_round(
     store: &dyn Store,
     heads: Vec<Pending>,
     config: &DispatchConfig,
+    relay: &str,
 ) -> Vec<(Pending, Result<Sent>)> {
     let max_bulk = config.max_bulk.min(ledger.capabilities().max_bulk);
     let use_bulk = config.bulk && max_bulk > 1;
@@ -61,14 +65,19 @@ pub(crate) async fn send_round(
         jobs.push(Job::Bulk(std::mem::replace(&mut bulkable, rest)));
     }
     stream::iter(jobs)
-        .map(|job| run_job(ledger, store, job))
+        .map(|job| run_job(ledger, store, job, relay))
         .buffer_unordered(config.parallel_requests.max(1))
         .flat_map(stream::iter)
         .collect()
         .await
 }
 
-async fn run_job(ledger: &dyn Ledger, store: &dyn Store, job: Job) -> Vec<(Pending, Result<Sent>)> {
+async fn run_job(
+    ledger: &dyn Ledger,
+    store: &dyn Store,
+    job: Job,
+    relay: &str,
+) -> Vec<(Pending, Result<Sent>)> {
     match job {
         Job::Notice(head) => {
             let code = head.refused.as_ref().map_or("", |r| r.code.as_str());
@@ -79,7 +88,7 @@ async fn run_job(ledger: &dyn Ledger, store: &dyn Store, job: Job) -> Vec<(Pendi
             vec![(head, outcome)]
         }
         Job::Alone(head) => {
-            let outcome = send_alone(ledger, store, &head)
+            let outcome = send_alone(ledger, store, &head, relay)
                 .instrument(relay_post_span(&head.event))
                 .await;
             vec![(head, outcome)]
@@ -97,7 +106,13 @@ async fn run_job(ledger: &dyn Ledger, store: &dyn Store, job: Job) -> Vec<(Pendi
             // One span per event, each in its own event's trace, open for the bulk call.
             let spans: Vec<_> = heads.iter().map(|h| relay_post_span(&h.event)).collect();
             let answers = match bodies {
-                Ok(items) => ledger.post_bulk(&items).await,
+                Ok(items) => {
+                    metrics::relay_bulk(relay, items.len());
+                    let started = Instant::now();
+                    let answers = ledger.post_bulk(&items).await;
+                    metrics::relay_call(relay, "bulk", started.elapsed());
+                    answers
+                }
                 Err(e) => Err(e),
             };
             drop(spans);
@@ -125,7 +140,12 @@ async fn run_job(ledger: &dyn Ledger, store: &dyn Store, job: Job) -> Vec<(Pendi
     }
 }
 
-async fn send_alone(ledger: &dyn Ledger, store: &dyn Store, head: &Pending) -> Result<Sent> {
+async fn send_alone(
+    ledger: &dyn Ledger,
+    store: &dyn Store,
+    head: &Pending,
+    relay: &str,
+) -> Result<Sent> {
     let event = &head.event;
     if head.uncertain
         && let Some(code) = ledger
@@ -134,8 +154,13 @@ async fn send_alone(ledger: &dyn Ledger, store: &dyn Store, head: &Pending) -> R
     {
         return Ok(Sent::AlreadyRefused { code });
     }
+    let started = Instant::now();
     let outcome = match event.payload.split()? {
-        (PayloadKind::Post, body) => ledger.post(event.event_id, body).await?,
+        (PayloadKind::Post, body) => {
+            let outcome = ledger.post(event.event_id, body).await;
+            metrics::relay_call(relay, "post", started.elapsed());
+            outcome?
+        }
         (PayloadKind::Revert { target }, _) => {
             let LedgerCommand::Revert(revert) = event.payload.command()? else {
                 return Err(Error::new(
@@ -143,7 +168,9 @@ async fn send_alone(ledger: &dyn Ledger, store: &dyn Store, head: &Pending) -> R
                     "revert payload decoded as a post",
                 ));
             };
-            send_revert(ledger, store, event, target, &revert.metadata).await?
+            let outcome = send_revert(ledger, store, event, target, &revert.metadata).await;
+            metrics::relay_call(relay, "revert", started.elapsed());
+            outcome?
         }
     };
     Ok(Sent::Posted(outcome))

@@ -39,6 +39,7 @@ use super::{FanoutConfig, FanoutStore, FanoutSummary, Publisher, StoredMessage};
 use crate::dispatch::RunMode;
 use crate::domain::Account;
 use crate::error::{Error, Result, Retry};
+use crate::metrics;
 use crate::relay::Wakeup;
 
 /// How often a streaming loop writes its cursor.
@@ -193,6 +194,8 @@ impl FanoutLoop {
         } else {
             1
         };
+        // Alive until this returns, however it returns (an error included).
+        let _alive = LoopAlive::new(self.publisher.name());
         loop {
             let stopping = *shutdown.borrow();
             let mut nothing_to_send = None;
@@ -208,6 +211,7 @@ impl FanoutLoop {
             if let Some(oldest) = self.in_flight.pop_front() {
                 self.prefetch();
                 self.settle(oldest).await?;
+                self.record_parked();
                 self.advance();
                 self.save_cursor_now_and_then().await?;
                 if self.requests_checked_at.elapsed() >= REPLAY_REQUESTS_EVERY {
@@ -219,6 +223,7 @@ impl FanoutLoop {
                 break;
             };
             self.save_cursor().await?;
+            self.record_parked();
             if self.check_replay_requests().await? > 0 {
                 continue;
             }
@@ -234,6 +239,18 @@ impl FanoutLoop {
         self.save_cursor().await?;
         self.summary.blocked = self.set_aside.parked();
         Ok(self.summary)
+    }
+
+    /// Sets the destination's parked-accounts gauges: retrying after a transient
+    /// failure, and parked behind a dead letter.
+    fn record_parked(&self) {
+        let now = Instant::now();
+        let retrying = self.parked.values().filter(|p| p.until > now).count();
+        metrics::fanout_parked(
+            self.publisher.name(),
+            retrying,
+            self.set_aside.parked().len(),
+        );
     }
 
     /// Acts on the operators' replay requests; returns how many accounts they released.
@@ -544,6 +561,7 @@ impl FanoutLoop {
             match result {
                 Ok(()) => {
                     self.summary.published += 1;
+                    metrics::fanout_published(self.publisher.name(), 1);
                     self.parked.remove(account);
                     if outgoing.replay {
                         self.summary.replayed += 1;
@@ -625,6 +643,7 @@ impl FanoutLoop {
         for ((stored, error, replay), id) in refused.iter().zip(ids) {
             let message = &stored.message;
             self.summary.permanent_failures += 1;
+            metrics::fanout_dead_lettered(self.publisher.name(), 1);
             tracing::error!(
                 publisher = self.publisher.name(), account = %message.account.as_str(),
                 sequence = message.sequence, instruction_id = %message.instruction_id,
@@ -693,5 +712,21 @@ impl FanoutLoop {
             _ = wakeup => {}
             _ = shutdown.changed() => {}
         }
+    }
+}
+
+/// Holds a destination's `outbox_fanout_loop_alive` at 1 while its loop runs.
+struct LoopAlive(String);
+
+impl LoopAlive {
+    fn new(destination: &str) -> Self {
+        metrics::set_fanout_loop_alive(destination, true);
+        Self(destination.to_owned())
+    }
+}
+
+impl Drop for LoopAlive {
+    fn drop(&mut self) {
+        metrics::set_fanout_loop_alive(&self.0, false);
     }
 }

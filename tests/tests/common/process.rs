@@ -85,6 +85,22 @@ impl Process {
         self.lines()
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("running")
+    }
+
+    /// Waits (bounded) for the child to exit by itself, successfully; returns
+    /// everything it printed.
+    pub async fn wait(mut self) -> Vec<String> {
+        let exit = tokio::time::timeout(Duration::from_secs(60), self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("{} did not exit", self.name))
+            .unwrap();
+        assert!(exit.success(), "{} exited with {exit}", self.name);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.lines()
+    }
+
     /// SIGKILL: no chance to save anything.
     pub async fn kill(mut self) {
         self.child.kill().await.unwrap();
