@@ -196,3 +196,54 @@ fn promtool_accepts_the_rules_and_their_unit_tests_pass() {
         );
     }
 }
+
+/// Every alert's runbook link lands on a heading of docs/RUNBOOK.md, and every
+/// command the runbook tells the operator to run is one the binary has.
+#[test]
+fn the_runbook_has_a_section_per_alert_and_names_only_existing_commands() {
+    let runbook = read("RUNBOOK.md");
+    let headings: BTreeSet<String> = runbook
+        .lines()
+        .filter_map(|l| l.strip_prefix("### "))
+        .map(|h| h.trim().to_lowercase())
+        .collect();
+    for rule in rules() {
+        let alert = rule["alert"].as_str().unwrap();
+        assert!(
+            headings.contains(&alert.to_lowercase()),
+            "docs/RUNBOOK.md has no `### {alert}` section"
+        );
+    }
+    // `outbox WORD …` in code spans: each WORD is a subcommand of the binary.
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    let known: BTreeSet<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(known.contains("relay") && known.contains("status"), "{help}");
+    let mut named = BTreeSet::new();
+    for span in runbook.split('`').skip(1).step_by(2) {
+        let words: Vec<&str> = span.split_whitespace().collect();
+        if words.first() == Some(&"outbox") {
+            let command = words
+                .iter()
+                .skip(1)
+                .find(|w| !w.starts_with('-') && !w.contains('/') && **w != "…")
+                .copied();
+            if let Some(command) = command {
+                named.insert(command.to_owned());
+            }
+        }
+    }
+    assert!(named.len() >= 8, "{named:?}");
+    for command in &named {
+        assert!(known.contains(command.as_str()), "docs/RUNBOOK.md names `outbox {command}`, which does not exist");
+    }
+}
