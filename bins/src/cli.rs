@@ -33,7 +33,7 @@ pub struct Cli {
 pub enum Command {
     /// Create or upgrade the outbox tables.
     Migrate {
-        /// Database URL: sqlite://PATH or postgres://… [config: database]
+        /// Database URL: sqlite://PATH or postgres://… (config: database)
         #[arg(long)]
         database: Option<String>,
     },
@@ -43,7 +43,7 @@ pub enum Command {
     /// "metadata"?, "event_id"?}. A bad line is reported with its number and nothing
     /// from the file is committed.
     Enqueue {
-        /// [config: database]
+        /// (config: database)
         #[arg(long)]
         database: Option<String>,
         /// The JSON-lines file ("-" for standard input).
@@ -115,24 +115,24 @@ fn is_false(value: &bool) -> bool {
 /// a flag is visible to every user of the machine.
 #[derive(Debug, Clone, Default, clap::Args, Serialize)]
 pub struct LedgerArgs {
-    /// Formance API root without /v2, e.g. http://127.0.0.1:3068 [config: ledger.url]
+    /// Formance API root without /v2, e.g. http://127.0.0.1:3068 (config: ledger.url)
     #[arg(id = "ledger_url", long = "ledger-url")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
-    /// [config: ledger.name]
+    /// (config: ledger.name)
     #[arg(id = "ledger_name", long = "ledger-name")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// Bearer token for the ledger API, if it needs one. [config: ledger.token]
+    /// Bearer token for the ledger API, if it needs one. (config: ledger.token)
     #[arg(id = "ledger_token", long = "ledger-token")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
-    /// A file holding the bearer token. [config: ledger.token_file]
+    /// A file holding the bearer token. (config: ledger.token_file)
     #[arg(id = "ledger_token_file", long = "ledger-token-file")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token_file: Option<PathBuf>,
-    /// Ledger request timeout, in milliseconds [default: 30000, config:
-    /// ledger.request_timeout_ms]
+    /// Ledger request timeout, in milliseconds (default: 30000, config:
+    /// ledger.request_timeout_ms)
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_timeout_ms: Option<u64>,
@@ -142,12 +142,12 @@ pub struct LedgerArgs {
 #[derive(Debug, Clone, Default, clap::Args, Serialize)]
 pub struct AdminArgs {
     /// Serve /metrics, /healthz and /readyz on this address (off unless set).
-    /// [config: admin.listen]
+    /// (config: admin.listen)
     #[arg(id = "admin_listen", long = "admin-listen", value_name = "ADDR")]
     #[serde(rename = "listen", skip_serializing_if = "Option::is_none")]
     pub listen: Option<std::net::SocketAddr>,
     /// How often the gauges read from the database are sampled, in milliseconds
-    /// [5000, config: admin.sample_interval_ms].
+    /// (default 5000, config: admin.sample_interval_ms).
     #[arg(id = "admin_sample_interval_ms", long = "admin-sample-interval-ms", value_parser = clap::value_parser!(u64).range(10..))]
     #[serde(rename = "sample_interval_ms", skip_serializing_if = "Option::is_none")]
     pub sample_interval_ms: Option<u64>,
@@ -155,7 +155,7 @@ pub struct AdminArgs {
 
 #[derive(Debug, Clone, clap::Args, Serialize)]
 pub struct RelayArgs {
-    /// The outbox database: sqlite://PATH or postgres://… [config: database]
+    /// The outbox database: sqlite://PATH or postgres://… (config: database)
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub database: Option<String>,
@@ -177,18 +177,18 @@ pub struct RelayArgs {
     pub repartition: bool,
 }
 
-/// The `[relay]` keys as flags (defaults in brackets).
+/// The `[relay]` keys as flags.
 #[derive(Debug, Clone, clap::Args, Serialize)]
 pub struct RelayFlags {
     /// Create the ledger if it does not exist.
     #[arg(long)]
     #[serde(skip_serializing_if = "is_false")]
     pub create_ledger: bool,
-    /// Name of this relay; its cursor is kept under this name [relay].
+    /// Name of this relay; its cursor is kept under this name (default relay).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// Events read per batch [500].
+    /// Events read per batch (default 500).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub batch_size: Option<usize>,
@@ -196,11 +196,11 @@ pub struct RelayFlags {
     #[arg(long)]
     #[serde(skip)]
     pub no_bulk: bool,
-    /// Ledger requests in flight at once [8].
+    /// Ledger requests in flight at once (default 8).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parallel: Option<usize>,
-    /// Longest idle wait between polls, in milliseconds [1000].
+    /// Longest idle wait between polls, in milliseconds (default 1000).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub poll_interval_ms: Option<u64>,
@@ -220,7 +220,7 @@ pub struct RelayFlags {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partitions: Option<u32>,
     /// With --partitions: how often ownership is checked and rebalanced, in
-    /// milliseconds [500]; bounds how long a dead member's partitions wait.
+    /// milliseconds (default 500); bounds how long a dead member's partitions wait.
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partition_check_ms: Option<u64>,
@@ -240,7 +240,7 @@ pub struct FanoutCli {
 #[derive(Debug, Clone, clap::Args)]
 pub struct CatchUpArgs {
     /// The fan-out store: sqlite://PATH or postgres://…[?schema=NAME]
-    /// [config: fanout.database]
+    /// (config: fanout.database)
     #[arg(long)]
     pub database: Option<String>,
     #[command(flatten)]
@@ -267,10 +267,10 @@ pub struct FanoutArgs {
     pub admin: AdminArgs,
 }
 
-/// The `[fanout]` keys as flags (defaults in brackets).
+/// The `[fanout]` keys as flags.
 #[derive(Debug, Clone, clap::Args, Serialize)]
 pub struct FanoutFlags {
-    /// Where the ledger POSTs its webhooks (path /webhooks/ledger) [127.0.0.1:8091].
+    /// Where the ledger POSTs its webhooks (path /webhooks/ledger) (default 127.0.0.1:8091).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<std::net::SocketAddr>,
@@ -292,7 +292,7 @@ pub struct FanoutFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub previous_secret: Option<String>,
-    /// Oldest signature timestamp accepted, in seconds [300].
+    /// Oldest signature timestamp accepted, in seconds (default 300).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tolerance_secs: Option<u64>,
@@ -307,25 +307,25 @@ pub struct FanoutFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub publish_secret: Option<String>,
-    /// Messages read and sent per round (RabbitMQ and HTTP destinations) [1000].
+    /// Messages read and sent per round (RabbitMQ and HTTP destinations) (default 1000).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub batch_size: Option<usize>,
     /// The same for Kafka destinations, whose idempotent producer pipelines in order
-    /// [5000].
+    /// (default 5000).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pipelined_batch_size: Option<usize>,
-    /// Longest idle wait between polls of the store, in milliseconds [500].
+    /// Longest idle wait between polls of the store, in milliseconds (default 500).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub poll_interval_ms: Option<u64>,
-    /// With a ledger: seconds between two catch-ups [60].
+    /// With a ledger: seconds between two catch-ups (default 60).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub catch_up_interval_secs: Option<u64>,
     /// With a ledger: log entries younger than this many seconds are left to their
-    /// webhooks (normally a moment behind the log) until a later catch-up [10].
+    /// webhooks (normally a moment behind the log) until a later catch-up (default 10).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub catch_up_settle_secs: Option<u64>,
@@ -352,7 +352,7 @@ pub struct ConsumeArgs {
     pub admin: AdminArgs,
 }
 
-/// The `[consume]` keys as flags (defaults in brackets).
+/// The `[consume]` keys as flags.
 #[derive(Debug, Clone, clap::Args, Serialize)]
 pub struct ConsumeFlags {
     /// The source: kafka://HOST:PORT/TOPIC[?group=G], amqp://…?exchange=NAME[&queues=N],
@@ -364,7 +364,7 @@ pub struct ConsumeFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub database: Option<String>,
-    /// The consumer's name: its inbox and, on Kafka, its consumer group [treasury].
+    /// The consumer's name: its inbox and, on Kafka, its consumer group (default treasury).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -373,7 +373,7 @@ pub struct ConsumeFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
-    /// Raise a gap alarm when a held message waits longer than this, in seconds [300].
+    /// Raise a gap alarm when a held message waits longer than this, in seconds (default 300).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gap_alarm_secs: Option<u64>,

@@ -227,7 +227,10 @@ fn the_runbook_has_a_section_per_alert_and_names_only_existing_commands() {
         .take_while(|l| l.starts_with("  "))
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    assert!(known.contains("relay") && known.contains("status"), "{help}");
+    assert!(
+        known.contains("relay") && known.contains("status"),
+        "{help}"
+    );
     let mut named = BTreeSet::new();
     for span in runbook.split('`').skip(1).step_by(2) {
         let words: Vec<&str> = span.split_whitespace().collect();
@@ -244,6 +247,9 @@ fn the_runbook_has_a_section_per_alert_and_names_only_existing_commands() {
     }
     assert!(named.len() >= 8, "{named:?}");
     for command in &named {
-        assert!(known.contains(command.as_str()), "docs/RUNBOOK.md names `outbox {command}`, which does not exist");
+        assert!(
+            known.contains(command.as_str()),
+            "docs/RUNBOOK.md names `outbox {command}`, which does not exist"
+        );
     }
 }

@@ -18,7 +18,7 @@ pub struct AuditArgs {
     pub database: Option<String>,
     /// Read the ledger (Formance API root without /v2): the transaction carrying the
     /// event id, its revert, the rejection notice.
-    /// [config: ledger.url]
+    /// (config: ledger.url)
     #[arg(long, requires = "ledger_name")]
     pub ledger_url: Option<String>,
     #[arg(long)]

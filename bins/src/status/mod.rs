@@ -17,14 +17,14 @@ use crate::wiring;
 #[derive(Debug, Clone, clap::Args)]
 pub struct StatusArgs {
     /// The outbox database: sqlite://PATH or postgres://…[?schema=NAME]
-    /// [config: database]
+    /// (config: database)
     #[arg(long)]
     pub database: Option<String>,
-    /// The fan-out store, when it is not the outbox database [config: fanout.database].
+    /// The fan-out store, when it is not the outbox database (config: fanout.database).
     #[arg(long)]
     pub fanout_database: Option<String>,
     /// A consumer's database (its inbox and gap queue), when it is not the outbox
-    /// database [config: consume.database].
+    /// database (config: consume.database).
     #[arg(long)]
     pub consumer_database: Option<String>,
     /// One JSON object instead of text.
