@@ -6,6 +6,7 @@
 //! backend. Each test gets a fresh harness (a fresh database file or schema).
 
 pub mod accepting_ledger;
+pub mod auditor;
 pub mod bench_args;
 pub mod exception_cases;
 pub mod fanout_cases;
