@@ -167,6 +167,17 @@ async fn cdc_to_polling_under_the_same_name_skips_nothing_and_repeats_nothing() 
     assert_eq!(code, 2, "refused as a configuration matter: {stderr}");
     assert!(stderr.contains("--from-cdc"), "{stderr}");
 
+    // The runbook's clean-up (an idle slot keeps WAL for ever), done before the
+    // switch, as after a failover that lost the slot: the switch needs neither.
+    sqlx::query("SELECT pg_drop_replication_slot($1)")
+        .bind(&slot)
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP PUBLICATION {slot}")))
+        .execute(&pool)
+        .await
+        .unwrap();
     let (code, stdout, stderr) =
         relay_once(&outbox, &ledger.url(), &["--name", &name, "--from-cdc"]).await;
     assert_eq!(code, 0, "{stdout}\n{stderr}");
@@ -224,17 +235,6 @@ async fn cdc_to_polling_under_the_same_name_skips_nothing_and_repeats_nothing() 
         .cloned()
         .collect();
     assert_posted_once_in_order(&ledger, &posted, 1).await;
-
-    // The runbook's clean-up: the slot would keep WAL for ever.
-    sqlx::query("SELECT pg_drop_replication_slot($1)")
-        .bind(&slot)
-        .execute(&pool)
-        .await
-        .unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP PUBLICATION {slot}")))
-        .execute(&pool)
-        .await
-        .unwrap();
 
     // From now on a plain polling relay, and the switch back to CDC works again.
     let next = outbox.enqueue(&[fund("m0", 400)]).await;
