@@ -25,6 +25,31 @@ where
     }
 }
 
+/// Waits until the CDC relay `name` streams: its handover is recorded and a
+/// replication session holds its slot (creating the slot holds it too, but before the
+/// handover exists).
+async fn wait_streaming(pool: &sqlx::PgPool, name: &str) {
+    wait_for(Duration::from_secs(90), "the CDC relay to stream", || {
+        let (pool, slot, handover) = (
+            pool.clone(),
+            format!("outbox_{name}"),
+            format!("{name}@cdc-handover"),
+        );
+        async move {
+            sqlx::query_scalar::<_, bool>(
+                "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND active)
+                    AND EXISTS (SELECT 1 FROM relay_cursors WHERE relay = $2)",
+            )
+            .bind(slot)
+            .bind(handover)
+            .fetch_one(&pool)
+            .await
+            .unwrap_or(false)
+        }
+    })
+    .await;
+}
+
 /// Events with a terminal delivery record.
 async fn terminal_events(pool: &sqlx::PgPool) -> i64 {
     sqlx::query_scalar(
@@ -78,23 +103,7 @@ async fn cdc_to_polling_under_the_same_name_skips_nothing_and_repeats_nothing() 
     let mut cdc = relay_process(&outbox.url(), &ledger.url(), &["--name", &name, "--cdc"])
         .spawn()
         .unwrap();
-    // Streaming: the handover is recorded and a replication session holds the slot
-    // (creating the slot holds it too, but before the handover exists).
-    wait_for(Duration::from_secs(90), "the CDC relay to stream", || {
-        let (pool, slot, handover) = (pool.clone(), slot.clone(), format!("{name}@cdc-handover"));
-        async move {
-            sqlx::query_scalar::<_, bool>(
-                "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND active)
-                    AND EXISTS (SELECT 1 FROM relay_cursors WHERE relay = $2)",
-            )
-            .bind(slot)
-            .bind(handover)
-            .fetch_one(&pool)
-            .await
-            .unwrap_or(false)
-        }
-    })
-    .await;
+    wait_streaming(&pool, &name).await;
 
     // A transaction takes its xid now and commits only after the CDC relay stopped:
     // its txid is below every streamed event's, its commit after the relay's last ack.
@@ -283,4 +292,46 @@ async fn assert_posted_once_in_order(
             "{account} out of order: {pairs:?}"
         );
     }
+}
+
+/// The CDC relay dies (SIGKILL, as in a failover) after the ledger committed a post
+/// and before its outcome was recorded; the polling relay that takes over finds the
+/// event in its checked window and gets the ledger's replay, not a second transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_the_cdc_relay_died_on_is_replayed_once_after_the_switch() {
+    let Some(outbox) = PgOutbox::new().await else {
+        return;
+    };
+    let ledger = dev_ledger(None).await;
+    let pool = outbox.store.pool().clone();
+    let name = format!("leavecdc{}", &EventId::new().to_string()[24..]);
+    let mut cdc = relay_process(&outbox.url(), &ledger.url(), &["--name", &name, "--cdc"])
+        .spawn()
+        .unwrap();
+    wait_streaming(&pool, &name).await;
+    let mut events: Vec<_> = (0..12u64)
+        .map(|i| fund(&format!("m{}", i % 3), 100 + i))
+        .collect();
+    let target_id = events[7].event_id.unwrap();
+    ledger
+        .faults()
+        .hold_after_commit_matching(&target_id.to_string(), Duration::from_secs(60));
+    let stored = outbox.enqueue(&std::mem::take(&mut events)).await;
+    let committed = wait_for_ledger_commit(&ledger, target_id, &mut cdc).await;
+    cdc.kill().await.unwrap();
+    cdc.wait().await.unwrap();
+    ledger.faults().clear();
+    assert!(outbox.store.deliveries(target_id).await.unwrap().is_empty());
+
+    let (code, stdout, stderr) =
+        relay_once(&outbox, &ledger.url(), &["--name", &name, "--from-cdc"]).await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let records = outbox.store.deliveries(target_id).await.unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (records[0].outcome, records[0].ledger_tx_id),
+        (DeliveryOutcome::Replayed, Some(committed.id))
+    );
+    assert_posted_once_in_order(&ledger, &stored, 0).await;
+    outbox.drop(Some(name.as_str())).await;
 }
