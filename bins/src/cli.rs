@@ -175,6 +175,13 @@ pub struct RelayArgs {
     #[arg(long)]
     #[serde(skip)]
     pub repartition: bool,
+    /// Switch this relay name from CDC to polling (PostgreSQL; stop the CDC relay
+    /// first): its LSN cursor is set back to where its CDC run began streaming, and
+    /// what follows is checked against the delivery records, so nothing is skipped or
+    /// sent twice. Nothing to do once the cursor is a polling one.
+    #[arg(long)]
+    #[serde(skip)]
+    pub from_cdc: bool,
 }
 
 /// The `[relay]` keys as flags.

@@ -11,11 +11,15 @@
 //! first migration): a snapshot position as `txid` + `position` with `lsn` NULL, a log
 //! position as `lsn` + `position` with `txid` NULL. A boundary (the CDC handover) has
 //! both `txid` and `lsn` and `position` 0; it is written once and never moves.
+//!
+//! One exception to "forward only": [`CursorTable::rewind_log`] puts a snapshot
+//! position in place of a log one, for a relay leaving CDC for polling
+//! (`crate::cdc::leave`, which says why the rewound position is safe).
 
 use std::sync::Arc;
 
 use outbox_core::{Error, ErrorKind, Result};
-use sqlx::{AssertSqlSafe, PgPool, Row};
+use sqlx::{AssertSqlSafe, PgExecutor, PgPool, Row};
 
 use crate::error::map_error;
 use crate::fleet::Fence;
@@ -30,6 +34,8 @@ pub(crate) struct CursorTable {
     load: Arc<str>,
     save: Arc<str>,
     record_boundary: Arc<str>,
+    rewind_log: Arc<str>,
+    forget_boundary: Arc<str>,
 }
 
 /// A point recorded once beside the cursors: a txid bound and an LSN.
@@ -79,11 +85,26 @@ impl CursorTable {
              VALUES ($1, 0, $2::text::xid8, $3::text::pg_lsn, clock_timestamp())
              ON CONFLICT (relay) DO NOTHING"
         );
+        // Replaces only a log position (or creates the row): a snapshot position
+        // already there is a polling relay's own and stays.
+        let rewind_log = format!(
+            "INSERT INTO {table} AS c (relay, position, txid, lsn, updated_at)
+             VALUES ($1, $2, $3::text::xid8, NULL, clock_timestamp())
+             ON CONFLICT (relay) DO UPDATE
+                SET position = excluded.position, txid = excluded.txid,
+                    lsn = NULL, updated_at = excluded.updated_at
+                WHERE c.lsn IS NOT NULL AND c.txid IS NULL"
+        );
+        let forget_boundary = format!(
+            "DELETE FROM {table} WHERE relay = $1 AND txid IS NOT NULL AND lsn IS NOT NULL"
+        );
         Self {
             table: table.into(),
             load: load.into(),
             save: save.into(),
             record_boundary: record_boundary.into(),
+            rewind_log: rewind_log.into(),
+            forget_boundary: forget_boundary.into(),
         }
     }
 
@@ -91,8 +112,12 @@ impl CursorTable {
     ///
     /// # Errors
     /// `Internal` when the row is not a cursor (a boundary, or neither column set).
-    pub(crate) async fn load(&self, pool: &PgPool, relay: &str) -> Result<Option<PgPosition>> {
-        let Some((row, txid, lsn)) = self.load_row(pool, relay).await? else {
+    pub(crate) async fn load(
+        &self,
+        db: impl PgExecutor<'_>,
+        relay: &str,
+    ) -> Result<Option<PgPosition>> {
+        let Some((row, txid, lsn)) = self.load_row(db, relay).await? else {
             return Ok(None);
         };
         match (txid, lsn) {
@@ -189,10 +214,10 @@ impl CursorTable {
     /// `Internal` when the row lacks its txid or lsn.
     pub(crate) async fn load_boundary(
         &self,
-        pool: &PgPool,
+        db: impl PgExecutor<'_>,
         name: &str,
     ) -> Result<Option<Boundary>> {
-        let Some((_, txid, lsn)) = self.load_row(pool, name).await? else {
+        let Some((_, txid, lsn)) = self.load_row(db, name).await? else {
             return Ok(None);
         };
         match (txid, lsn) {
@@ -205,15 +230,54 @@ impl CursorTable {
         }
     }
 
+    /// Puts snapshot position `to` in place of cursor `relay`'s log position, or
+    /// creates the cursor at `to`; leaves a snapshot position as it is. Returns whether
+    /// it wrote.
+    ///
+    /// # Errors
+    /// `Internal` when `to` is a log position; storage errors.
+    pub(crate) async fn rewind_log(
+        &self,
+        db: impl PgExecutor<'_>,
+        relay: &str,
+        to: PgPosition,
+    ) -> Result<bool> {
+        let PgPosition::Snapshot { txid, row } = to else {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!("a cursor is rewound to a snapshot position, not {to}"),
+            )
+            .with("relay", relay));
+        };
+        let written = sqlx::query(AssertSqlSafe(Arc::clone(&self.rewind_log)))
+            .bind(relay)
+            .bind(row)
+            .bind(xid8_text(txid))
+            .execute(db)
+            .await
+            .map_err(|e| map_error(e).with("relay", relay))?;
+        Ok(written.rows_affected() == 1)
+    }
+
+    /// Deletes the boundary recorded under `name`, if any.
+    pub(crate) async fn forget_boundary(&self, db: impl PgExecutor<'_>, name: &str) -> Result<()> {
+        sqlx::query(AssertSqlSafe(Arc::clone(&self.forget_boundary)))
+            .bind(name)
+            .execute(db)
+            .await
+            .map_err(|e| map_error(e).with("relay", name))?;
+        Ok(())
+    }
+
     /// `(position, txid, lsn)` of row `relay`.
     async fn load_row(
         &self,
-        pool: &PgPool,
+        db: impl PgExecutor<'_>,
         relay: &str,
     ) -> Result<Option<(i64, Option<u64>, Option<u64>)>> {
         let row = sqlx::query(AssertSqlSafe(Arc::clone(&self.load)))
             .bind(relay)
-            .fetch_optional(pool)
+            .fetch_optional(db)
             .await
             .map_err(|e| map_error(e).with("relay", relay))?;
         let Some(row) = row else { return Ok(None) };

@@ -164,11 +164,40 @@ impl PgStore {
     /// config).
     ///
     /// # Errors
-    /// Storage errors while loading the cursor or subscribing.
+    /// `Config` when relay `name`'s cursor is a CDC relay's (an LSN): the polling
+    /// reader cannot resume from it, see [`PgStore::leave_cdc`]. Storage errors while
+    /// loading the cursor or subscribing.
     pub async fn polling_relay(&self, name: &str) -> outbox_core::Result<PollingRelay<Self>> {
+        if let Some(cursor @ PgPosition::Log { .. }) =
+            self.inner.cursors.load(&self.inner.pool, name).await?
+        {
+            return Err(Error::new(
+                ErrorKind::Config,
+                format!(
+                    "relay {name:?} was last run by the CDC relay (its cursor is {cursor}), which the \
+                     polling reader cannot resume from. Run it with --cdc to stay on CDC, or switch it \
+                     to polling once with --from-cdc (the CDC relay stopped): see the runbook, \
+                     \"Switch polling ↔ CDC\""
+                ),
+            )
+            .with("relay", name));
+        }
         let wakeup = self.wakeup().await?;
         self.start_partition_maintenance().await;
         PollingRelay::open(self.clone(), name, Some(wakeup)).await
+    }
+
+    /// Switches relay `name` from CDC to polling: its LSN cursor is set back to the
+    /// CDC handover's txid bound, its "@attempted" horizon to the current snapshot's
+    /// xmax, and the handover is forgotten, in one transaction (the `cdc::leave` module
+    /// says why that skips and repeats nothing). `None` when the cursor is not a CDC
+    /// one (nothing to do). Call it only while no relay of this name runs (hold its
+    /// name lock, [`crate::PgRelayLock`]); the slot and publication are left alone.
+    ///
+    /// # Errors
+    /// Storage errors; a transient one when the cursor changed meanwhile.
+    pub async fn leave_cdc(&self, name: &str) -> outbox_core::Result<Option<crate::cdc::LeftCdc>> {
+        crate::cdc::leave::leave(&self.inner.pool, &self.inner.cursors, name).await
     }
 
     /// The wake-up the LISTEN task signals, starting that task on first use. Returns

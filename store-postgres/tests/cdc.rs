@@ -1153,3 +1153,110 @@ async fn a_restart_in_the_middle_of_the_catch_up_resumes_after_its_cursor() {
     assert_quiet(&mut relay, Duration::from_millis(800)).await;
     relay.shutdown().await.unwrap();
 }
+
+/// Runs a CDC relay over rows from before and after its start, leaves CDC for polling
+/// (`PgStore::leave_cdc`) and reads on with the polling relay of the same name.
+/// `with_handover: false` stands for a CDC cursor saved before handovers existed.
+async fn leave_cdc_then_poll(tag: &str, with_handover: bool) {
+    let Some(db) = Db::new(tag).await else {
+        return;
+    };
+    let store = PgStore::from_pool(db.pool.clone());
+    let before = db.enqueue_many(4, &["90", "91"]).await;
+    let mut relay = CdcRelay::open(db.config(tag)).await.unwrap();
+    let after = db.enqueue_many(3, &["90", "92"]).await;
+    let events = collect(&mut relay, 7, 10, Duration::from_secs(30)).await;
+    assert_eq!(ids(&events), [ids(&before), ids(&after)].concat());
+    let last = events[6].position;
+    assert!(!is_snapshot(last));
+    relay.acknowledge(last).await.unwrap();
+    // As the dispatcher does: its read horizon, a log position too.
+    let attempted = format!("{tag}@attempted");
+    store.save_cursor(&attempted, last).await.unwrap();
+    relay.shutdown().await.unwrap();
+    db.slot_released(&db.slot).await;
+    let handover = format!("{tag}@cdc-handover");
+    if !with_handover {
+        sqlx::query("DELETE FROM relay_cursors WHERE relay = $1")
+            .bind(&handover)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
+
+    // The polling relay refuses the LSN cursor, naming the way out.
+    let err = store.polling_relay(tag).await.unwrap_err();
+    assert_eq!(err.kind(), &ErrorKind::Config, "{err}");
+    assert!(err.to_string().contains("--from-cdc"), "{err}");
+
+    let left = store.leave_cdc(tag).await.unwrap().expect("a CDC cursor");
+    assert_eq!(PgPosition::decode(&last).unwrap(), left.cdc_cursor);
+    assert_eq!(left.from_handover, with_handover);
+    let snapshot = |event: &OutboxEvent| PgPosition::decode(&event.position).unwrap();
+    let PgPosition::Snapshot {
+        txid: resume_txid, ..
+    } = left.resume_after
+    else {
+        panic!("resumes after {}", left.resume_after);
+    };
+    // As enqueued (snapshot positions): read again by the polling relay.
+    let reread: Vec<OutboxEvent> = if with_handover {
+        after.clone()
+    } else {
+        [before.clone(), after.clone()].concat()
+    };
+    if with_handover {
+        assert!(before.iter().all(|e| snapshot(e) < left.resume_after));
+    } else {
+        assert_eq!(resume_txid, 0);
+    }
+    assert!(reread.iter().all(|e| left.resume_after < snapshot(e)));
+    assert!(reread.iter().all(|e| snapshot(e) < left.checked_through));
+    assert_eq!(left.rows_after, reread.len() as i64);
+    assert_eq!(
+        store.load_cursor(tag).await.unwrap(),
+        Some(left.resume_after.encode())
+    );
+    assert_eq!(
+        store.load_cursor(&attempted).await.unwrap(),
+        Some(left.checked_through.encode())
+    );
+    let handovers: i64 = sqlx::query_scalar("SELECT count(*) FROM relay_cursors WHERE relay = $1")
+        .bind(&handover)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(handovers, 0, "the handover is forgotten");
+    assert_eq!(
+        store.leave_cdc(tag).await.unwrap(),
+        None,
+        "nothing left to do"
+    );
+
+    // The polling relay reads exactly the rows after its new cursor, in order.
+    let mut polling = store.polling_relay(tag).await.unwrap();
+    let mut polled = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while polled.len() < reread.len() {
+        let batch = polling.next_batch(10).await.unwrap();
+        if batch.is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the polling relay read {polled:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        polled.extend(batch);
+    }
+    assert_eq!(ids(&polled), ids(&reread));
+}
+
+#[tokio::test]
+async fn leaving_cdc_resumes_polling_from_the_handover_with_a_snapshot_horizon() {
+    leave_cdc_then_poll("leave", true).await;
+}
+
+#[tokio::test]
+async fn leaving_a_cdc_cursor_without_handover_resumes_polling_from_the_start() {
+    leave_cdc_then_poll("leaveold", false).await;
+}

@@ -60,6 +60,12 @@ fn check(args: &RelayArgs, settings: &Settings) -> Result<()> {
             "a fleet member runs as a daemon: --once drains with a single relay",
         );
     }
+    if args.from_cdc && (relay.cdc || relay.partitions.is_some()) {
+        return refuse(
+            "relay.cdc",
+            "--from-cdc switches a CDC relay to the single polling relay: drop --cdc and --partitions",
+        );
+    }
     if args.repartition && relay.partitions.is_none() {
         return refuse("relay.partitions", "--repartition needs --partitions N");
     }
@@ -103,6 +109,9 @@ pub async fn relay(args: &RelayArgs, settings: &Settings) -> Result<Summary> {
             .await;
     }
     let _name_lock = name_lock;
+    if args.from_cdc {
+        database.leave_cdc(&relay.name).await?;
+    }
     let (store, relay_source) = if relay.cdc {
         database.store_and_cdc_relay(&relay.name).await?
     } else {

@@ -207,6 +207,42 @@ impl Database {
         }
     }
 
+    /// Switches relay `relay` from CDC to polling (`relay --from-cdc`, under the name's
+    /// lock), saying what it did; nothing when its cursor is a polling one already.
+    pub async fn leave_cdc(&self, relay: &str) -> Result<()> {
+        match self {
+            #[cfg(feature = "postgres")]
+            Self::Postgres(config) => {
+                let store = outbox_store_postgres::PgStore::open(config.clone()).await?;
+                match store.leave_cdc(relay).await? {
+                    Some(left) => tracing::warn!(
+                        relay,
+                        cdc_cursor = %left.cdc_cursor,
+                        resume_after = %left.resume_after,
+                        checked_through = %left.checked_through,
+                        from_handover = left.from_handover,
+                        rows_to_read = left.rows_after,
+                        slot = %cdc_slot_name(relay),
+                        "switching relay from CDC to polling: re-reading from where the CDC run began streaming, every event up to the checked horizon looked up in the delivery records first. The slot and publication are left: drop them once polling runs"
+                    ),
+                    None => tracing::info!(
+                        relay,
+                        "--from-cdc: the relay's cursor is not a CDC one, nothing to switch"
+                    ),
+                }
+                Ok(())
+            }
+            #[allow(unreachable_patterns)]
+            _ => {
+                let _ = relay;
+                Err(Error::invalid(
+                    "from_cdc",
+                    "only a PostgreSQL outbox has a CDC relay to switch from",
+                ))
+            }
+        }
+    }
+
     /// The store and a CDC relay (Postgres logical replication) named `relay`, with
     /// its own slot and publication `outbox_<relay>`. On its first start the relay
     /// catches up from the polling cursor of the same name (or from the start), so a

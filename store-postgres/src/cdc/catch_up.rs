@@ -64,7 +64,7 @@ impl Handover {
 }
 
 /// The cursor-table key of `relay`'s handover row.
-fn key(relay: &str) -> String {
+pub(crate) fn key(relay: &str) -> String {
     format!("{relay}@cdc-handover")
 }
 

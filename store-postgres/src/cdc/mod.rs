@@ -144,6 +144,7 @@ mod catch_up;
 mod config;
 mod decode;
 mod error;
+pub(crate) mod leave;
 mod position;
 mod relay;
 mod slot;
@@ -154,6 +155,7 @@ pub use config::{
     DEFAULT_MAX_BATCH, DEFAULT_MAX_BUFFERED, DEFAULT_PUBLICATION, DEFAULT_RELAY, DEFAULT_SCHEMA,
     DEFAULT_SLOT, DEFAULT_SLOT_BUSY_TIMEOUT_MS, DEFAULT_STATUS_INTERVAL_MS, DEFAULT_TABLE,
 };
+pub use leave::LeftCdc;
 pub use position::{BETWEEN_COMMITS, format_lsn, parse_lsn};
 pub use relay::{CdcRelay, SlotLag};
 pub use slot::{PLUGIN, check_wal_level};
