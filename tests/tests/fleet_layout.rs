@@ -92,6 +92,22 @@ async fn stop(mut child: Child) {
     child.wait().await.unwrap();
 }
 
+/// SIGTERM, then the exit: the member records the outcomes of its posts in flight, so
+/// the auditor finds every delivered event's record (a SIGKILL may leave the last one
+/// unrecorded until the next run replays it).
+async fn stop_gracefully(mut child: Child) {
+    let pid = child.id().expect("running").to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("the member stopped after SIGTERM")
+        .unwrap();
+}
+
 /// Merchant X (old partition 5 of 8) is blocked while the fleet delivers merchant Y
 /// (old partition 1 of 8, later in the outbox); both fall in partition 1 of 4.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,9 +164,9 @@ async fn eight_to_four_partitions_skips_nothing() {
         "merchant X's events were not delivered after re-partitioning: {}",
         String::from_utf8_lossy(&four.wait_with_output().await.unwrap().stderr)
     );
-    stop(four).await;
+    stop_gracefully(four).await;
     let all: Vec<OutboxEvent> = blocked.iter().chain(&later).cloned().collect();
-    assert_exactly_once_in_order(&ledger, &all).await;
+    assert_exactly_once_in_order(&outbox.store, &ledger, &all).await;
     ledger.shutdown().await;
     outbox.drop(None).await;
 }
@@ -211,9 +227,9 @@ async fn more_or_fewer_partitions_resend_nothing() {
         wait_committed(&reader, &third, &mut two, Duration::from_secs(60)).await,
         "not delivered after 8 → 2"
     );
-    stop(two).await;
+    stop_gracefully(two).await;
     let all: Vec<OutboxEvent> = first.iter().chain(&second).chain(&third).cloned().collect();
-    assert_exactly_once_in_order(&ledger, &all).await;
+    assert_exactly_once_in_order(&outbox.store, &ledger, &all).await;
     ledger.shutdown().await;
     outbox.drop(None).await;
 }

@@ -107,7 +107,7 @@ async fn crash_and_restart(cdc: bool) {
         (records[0].outcome, records[0].ledger_tx_id),
         (DeliveryOutcome::Replayed, Some(committed.id))
     );
-    assert_exactly_once_in_order(&ledger, &stored).await;
+    assert_exactly_once_in_order(&outbox.store, &ledger, &stored).await;
     outbox.drop(cdc.then_some(name.as_str())).await;
 }
 
@@ -192,7 +192,7 @@ async fn cdc_relay_sigkill_mid_catch_up_then_restart_exactly_once_in_order() {
     );
     eprintln!("{at_kill} of 3000 events were terminal at the kill");
     assert_eq!(terminal_events(&pool).await, 3000);
-    assert_exactly_once_in_order(&ledger, &stored).await;
+    assert_exactly_once_in_order(&outbox.store, &ledger, &stored).await;
     outbox.drop(Some(name.as_str())).await;
 }
 
@@ -325,7 +325,7 @@ async fn fleet_of_three_survives_a_sigkill_exactly_once_in_order() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    assert_exactly_once_in_order(&ledger, &stored).await;
+    assert_exactly_once_in_order(&outbox.store, &ledger, &stored).await;
     outbox.drop(None).await;
 }
 

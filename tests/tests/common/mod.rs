@@ -10,7 +10,6 @@ pub mod pipeline;
 pub mod postgres;
 pub mod process;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -298,35 +297,21 @@ pub fn relay_process(
     cmd
 }
 
-/// Exactly one ledger transaction per event, and per account in sequence order.
+/// The auditor over `store` and the ledger: every outbox event posted exactly once,
+/// per account in sequence order, nothing orphaned — and `events` are all of them.
 pub async fn assert_exactly_once_in_order(
+    store: &dyn outbox_core::reconcile::completeness::CompletenessStore,
     ledger: &outbox_ledger_dev::RunningDevLedger,
     events: &[OutboxEvent],
 ) {
-    assert_eq!(
-        ledger.stats().transactions as usize,
-        events.len(),
-        "ledger transaction count"
-    );
-    use outbox_core::Ledger;
     let reader = client(ledger, Duration::from_secs(10));
-    let mut per_account: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
-    for event in events {
-        let tx = reader
-            .transaction_by_event_id(event.event_id)
-            .await
-            .unwrap();
-        let tx = tx.unwrap_or_else(|| panic!("event {} never reached the ledger", event.event_id));
-        per_account
-            .entry(event.account.to_string())
-            .or_default()
-            .push((event.sequence, tx.id));
-    }
-    for (account, mut pairs) in per_account {
-        pairs.sort_unstable();
-        assert!(
-            pairs.windows(2).all(|w| w[0].1 < w[1].1),
-            "{account} out of order: {pairs:?}"
-        );
-    }
+    let report = outbox_testkit::auditor::audit(store, &reader, &[])
+        .await
+        .unwrap();
+    report.assert_clean();
+    assert_eq!(
+        (report.events, report.posted, report.ledger_transactions),
+        (events.len(), events.len(), events.len()),
+        "{report}"
+    );
 }
