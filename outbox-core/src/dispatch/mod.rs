@@ -504,4 +504,6 @@ async fn wait(relay: &mut dyn Relay, interval: Duration, unpark: Option<Instant>
 }
 
 #[cfg(test)]
+mod properties;
+#[cfg(test)]
 mod tests;
