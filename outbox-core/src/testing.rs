@@ -1,6 +1,8 @@
 //! In-memory fakes for unit tests of core logic (the real stores and ledger are
 //! exercised in their own crates and in the `tests` crate).
 
+mod memory_inbox;
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
@@ -16,6 +18,18 @@ use crate::ledger::{
     Balances, BulkItem, Ledger, LedgerCapabilities, LedgerTransaction, PostOutcome,
 };
 use crate::store::{DeliveryOutcome, DeliveryRecord, Lag, Store, StoreCapabilities};
+
+pub(crate) use memory_inbox::MemoryInbox;
+
+/// The configuration of the engines' property tests: `default_cases` cases, unless
+/// `PROPTEST_CASES` asks for another number (a longer run by hand).
+pub(crate) fn proptest_config(default_cases: u32) -> proptest::test_runner::Config {
+    let mut config = proptest::test_runner::Config::default();
+    if std::env::var_os("PROPTEST_CASES").is_none() {
+        config.cases = default_cases;
+    }
+    config
+}
 
 /// The memory store's positions: the row number, defined here as any store defines
 /// its own.

@@ -495,3 +495,25 @@ async fn a_relay_without_a_cursor_on_a_delivered_outbox_refuses_to_start() {
     assert_eq!(err.kind(), &ErrorKind::Config, "{err}");
     assert!(err.to_string().contains("another-name"), "{err}");
 }
+
+/// Found by the dispatcher property (`dispatch::properties`): a restart whose
+/// uncertain window was all recorded before the crash sends nothing, and must still
+/// move the cursor over it (it stayed where the crash left it).
+#[tokio::test]
+async fn a_restart_moves_the_cursor_over_events_already_terminal() {
+    let (store, ledger) = (MemoryStore::default(), FakeLedger::default());
+    let events: Vec<_> = (0..3)
+        .map(|i| store.add(&payout(&i.to_string(), 100)))
+        .collect();
+    drain(&store, &ledger, config()).await;
+    // The previous run recorded every outcome, then crashed before saving its cursor.
+    store.0.lock().unwrap().cursors.remove("relay");
+    let calls = ledger.calls().len();
+    let summary = drain(&store, &ledger, config()).await;
+    assert_eq!((summary.already_done, ledger.calls().len()), (3, calls));
+    assert_eq!(
+        store.load_cursor("relay").await.unwrap(),
+        Some(events[2].position),
+        "the cursor stayed behind events that were all terminal"
+    );
+}

@@ -16,6 +16,8 @@ use crate::fanout::dead_letter::replay_progress_key;
 use crate::inbox::MessageKind;
 use crate::retry::RetryPolicy;
 
+mod properties;
+
 #[derive(Default)]
 struct MemoryFanoutStore {
     messages: Mutex<Vec<StoredMessage>>,

@@ -2,6 +2,8 @@
 //! orders and holds messages inside the consumer's own transaction.
 
 mod engine;
+#[cfg(test)]
+mod properties;
 
 use chrono::{DateTime, Utc};
 
