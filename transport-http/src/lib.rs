@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod config;
+mod content_type;
 mod error;
 mod intake;
 mod publisher;

@@ -100,6 +100,9 @@ pub async fn start_receiver(
 }
 
 async fn receive(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(e) = crate::content_type::require(&headers, state.decoder.media_type()) {
+        return refuse(StatusCode::UNSUPPORTED_MEDIA_TYPE, &e);
+    }
     let headers: RequestHeaders = headers
         .iter()
         .map(|(name, value)| (name.as_str(), value.as_bytes()))

@@ -147,6 +147,9 @@ async fn receive(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
         Ok(id) => id,
         Err(e) => return refuse(StatusCode::UNAUTHORIZED, &e),
     };
+    if let Err(e) = crate::content_type::require(&headers, "application/json") {
+        return refuse(StatusCode::UNSUPPORTED_MEDIA_TYPE, &e);
+    }
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let message = match headers::decode(header, body.to_vec()) {
         Ok(message) => message,

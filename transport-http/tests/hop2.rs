@@ -239,6 +239,38 @@ async fn a_missing_identity_header_is_named_and_never_applied() {
     running.stop().await;
 }
 
+/// A correctly signed message that does not say it is JSON is refused 415 naming the
+/// header, and never reaches the sink.
+#[tokio::test]
+async fn a_message_not_sent_as_json_is_refused_415_and_never_applied() {
+    let sink = Arc::new(Recorder::default());
+    let running = subscriber(sink.clone()).await;
+    let url = running.subscriber.url();
+    let message = committed("merchants:4471", 1, 1);
+    let encoded = headers::encode(&message);
+    for content_type in ["text/plain", ""] {
+        let mut extra: Vec<(&str, &str)> = encoded.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        extra.push(("content-type", content_type));
+        let (status, json) = post_hop2_signed(
+            &url,
+            &message.dedup_key(),
+            now(),
+            HOP2_SECRET,
+            &message.payload,
+            message.payload.clone(),
+            &extra,
+        )
+        .await;
+        assert_eq!(
+            (status, json["field"].as_str()),
+            (415, Some("header content-type")),
+            "content-type {content_type:?}: {json}"
+        );
+    }
+    assert_eq!(sink.calls(), 0, "the sink saw a refused message");
+    running.stop().await;
+}
+
 #[tokio::test]
 async fn sink_failures_come_back_to_the_publisher_as_retryable() {
     let sink = Arc::new(Recorder::default());

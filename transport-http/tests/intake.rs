@@ -252,6 +252,7 @@ async fn unsigned_badly_signed_and_stale_deliveries_are_refused_with_nothing_sto
 
     let unsigned = reqwest::Client::new()
         .post(&url)
+        .header("content-type", "application/json")
         .body(payout())
         .send()
         .await
@@ -411,6 +412,48 @@ async fn during_a_secret_rotation_either_secret_is_accepted_and_an_unknown_one_s
         .with_previous_secret("")
         .unwrap_err();
     assert_eq!(err.context("field"), Some("previous_secret"), "{err}");
+}
+
+/// A delivery must say it is JSON: any other content type (or none) is refused 415
+/// naming the header, before anything is verified or stored.
+#[tokio::test]
+async fn a_delivery_not_sent_as_json_is_refused_415_naming_the_header_with_nothing_stored() {
+    let db = Sqlite::open().await;
+    let receiver = start(db.store.clone()).await;
+    let url = receiver.webhook_url();
+    let body = payout();
+    for content_type in ["text/plain", "application/x-www-form-urlencoded", ""] {
+        let (status, answer) = post_signed(
+            &url,
+            "wh-ct",
+            now(),
+            LEDGER_SECRET,
+            &body,
+            body.clone(),
+            &[("content-type", content_type)],
+        )
+        .await;
+        assert_eq!(status, 415, "content-type {content_type:?}: {answer}");
+        assert_eq!(answer["field"], "header content-type", "{answer}");
+    }
+    assert!(
+        db.delivery_ids().is_empty(),
+        "a refused delivery reached the store"
+    );
+    // JSON with parameters is JSON.
+    let (status, _) = post_signed(
+        &url,
+        "wh-ct",
+        now(),
+        LEDGER_SECRET,
+        &body,
+        body.clone(),
+        &[("content-type", "Application/JSON; charset=utf-8")],
+    )
+    .await;
+    assert_eq!(status, 204);
+    assert_only_the_payout(&db.stored().await);
+    receiver.shutdown().await;
 }
 
 #[tokio::test]

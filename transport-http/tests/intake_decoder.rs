@@ -18,6 +18,8 @@ const KEY_HEADER: &str = "x-test-key";
 const DELIVERY_HEADER: &str = "x-test-delivery";
 const PROBE_HEADER: &str = "x-test-probe";
 const KEY: &str = "k-123";
+/// This vendor's media type: the intake takes the one its decoder names.
+const MEDIA_TYPE: &str = "application/vnd.test-ledger+json";
 
 /// A ledger that authenticates with a shared key and sends its events as
 /// `[{"account":…,"sequence":…,"tx":…}]`.
@@ -32,6 +34,10 @@ struct Event {
 }
 
 impl WebhookDecoder for KeyedJsonDecoder {
+    fn media_type(&self) -> &str {
+        MEDIA_TYPE
+    }
+
     fn decode(
         &self,
         headers: &RequestHeaders,
@@ -95,7 +101,9 @@ async fn post(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, serde_json::Value) {
-    let mut request = reqwest::Client::new().post(receiver.webhook_url());
+    let mut request = reqwest::Client::new()
+        .post(receiver.webhook_url())
+        .header("content-type", MEDIA_TYPE);
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
@@ -183,6 +191,18 @@ async fn the_intake_stores_what_a_non_formance_decoder_accepts_and_refuses_what_
         "a".repeat(8192)
     );
     assert_eq!(post(&receiver, &keyed("d-6"), &huge).await.0, 413);
+
+    // This vendor's intake takes its decoder's media type, not JSON by default.
+    let json_typed = reqwest::Client::new()
+        .post(receiver.webhook_url())
+        .header("content-type", "application/json")
+        .header(KEY_HEADER, KEY)
+        .header(DELIVERY_HEADER, "d-7")
+        .body(other.to_owned())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json_typed.status().as_u16(), 415);
 
     // A probe is answered without storing anything.
     let probe = [(KEY_HEADER, KEY), (PROBE_HEADER, "1")];

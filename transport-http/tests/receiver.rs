@@ -102,6 +102,7 @@ async fn the_delivery_trace_context_reaches_the_sink() {
     let (id, ts) = ("wh-9", now());
     let response = reqwest::Client::new()
         .post(receiver.webhook_url())
+        .header("content-type", "application/json")
         .header("formance-webhook-id", id)
         .header("formance-webhook-timestamp", ts.to_string())
         .header(
@@ -147,6 +148,7 @@ async fn tampered_wrong_secret_stale_and_unsigned_are_refused_with_nothing_store
     );
     let unsigned = reqwest::Client::new()
         .post(receiver.webhook_url())
+        .header("content-type", "application/json")
         .body(body())
         .send()
         .await
@@ -176,6 +178,7 @@ async fn malformed_oversized_and_test_deliveries() {
     let test_body = r#"{"data":"test"}"#;
     let response = reqwest::Client::new()
         .post(receiver.webhook_url())
+        .header("content-type", "application/json")
         .header("formance-webhook-id", "wh-7")
         .header("formance-webhook-timestamp", now().to_string())
         .header(

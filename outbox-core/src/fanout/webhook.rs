@@ -51,6 +51,13 @@ pub trait WebhookDecoder: Send + Sync + fmt::Debug + 'static {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Result<WebhookDelivery, WebhookRefusal>;
+
+    /// The media type the ledger's deliveries carry (`Content-Type`, parameters such
+    /// as `charset` aside). The intake refuses a delivery of another type, or of none,
+    /// with 415 before decoding it. JSON unless a decoder says otherwise.
+    fn media_type(&self) -> &str {
+        "application/json"
+    }
 }
 
 /// What an authentic delivery is.

@@ -45,16 +45,13 @@ pub async fn post_signed(
 ) -> (u16, serde_json::Value) {
     let mut request = reqwest::Client::new()
         .post(url)
-        .header("content-type", "application/json")
         .header("formance-webhook-id", id)
         .header("formance-webhook-timestamp", timestamp.to_string())
         .header(
             "formance-webhook-signature",
             sign(secret, id, timestamp, signed),
         );
-    for (name, value) in extra {
-        request = request.header(*name, *value);
-    }
+    request = with_extra(request, extra);
     let response = request.body(sent).send().await.unwrap();
     let status = response.status().as_u16();
     let json = response.json().await.unwrap_or(serde_json::Value::Null);
@@ -74,20 +71,37 @@ pub async fn post_hop2_signed(
 ) -> (u16, serde_json::Value) {
     let mut request = reqwest::Client::new()
         .post(url)
-        .header("content-type", "application/json")
         .header(DELIVERY_ID_HEADER, id)
         .header(TIMESTAMP_HEADER, timestamp.to_string())
         .header(
             SIGNATURE_HEADER,
             outbox_transport_http::sign(secret, id, timestamp, extra, signed),
         );
-    for (name, value) in extra {
-        request = request.header(*name, *value);
-    }
+    request = with_extra(request, extra);
     let response = request.body(sent).send().await.unwrap();
     let status = response.status().as_u16();
     let json = response.json().await.unwrap_or(serde_json::Value::Null);
     (status, json)
+}
+
+/// `extra` headers on `request`, with `content-type: application/json` unless
+/// `extra` names one (an empty value sends none).
+fn with_extra(
+    mut request: reqwest::RequestBuilder,
+    extra: &[(&str, &str)],
+) -> reqwest::RequestBuilder {
+    if !extra
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+    {
+        request = request.header("content-type", "application/json");
+    }
+    for (name, value) in extra {
+        if !value.is_empty() {
+            request = request.header(*name, *value);
+        }
+    }
+    request
 }
 
 /// A committed Hop 2 message of `account` at `sequence`, ledger transaction `tx`.
