@@ -18,6 +18,7 @@ use common::process::Process;
 use common::*;
 use outbox_core::{EventId, LedgerCommand, Metadata, NewEvent, RevertCommand};
 use outbox_ledger_dev::{DevLedger, DevLedgerConfig, WebhookBackoff, WebhookTarget};
+use outbox_testkit::auditor::{ConsumerView, audit};
 use outbox_transport_http::WEBHOOK_PATH;
 
 const MERCHANTS: [&str; 4] = ["e2e0", "e2e1", "e2e2", "e2e3"];
@@ -264,6 +265,40 @@ async fn relay_ledger_fanout_kafka_and_rabbitmq_to_two_treasuries() {
     }
     // The reversal put e2e2's first payout back.
     assert_eq!(sqlite_balances["merchants:e2e2:payouts:pending"], 125_000);
+
+    // The auditor, from the outbox alone: every event posted or refused once and in
+    // order on the ledger, and each consumer applied each exactly once, at its
+    // sequence, holding nothing, with the ledger's balances.
+    let sqlite_inbox = outbox_store_sqlite::SqliteStore::open(
+        outbox_store_sqlite::SqliteConfig::new(&sqlite_treasury),
+    )
+    .await
+    .unwrap();
+    let wide = |balances: &BTreeMap<String, i64>| {
+        balances
+            .iter()
+            .map(|(account, balance)| (account.clone(), i128::from(*balance)))
+            .collect()
+    };
+    let consumers = [
+        ConsumerView {
+            name: "treasury-sqlite".into(),
+            inbox: &sqlite_inbox,
+            balances: Some(wide(&sqlite_balances)),
+        },
+        ConsumerView {
+            name: "treasury-pg".into(),
+            inbox: &pg.store,
+            balances: Some(wide(&pg_balances)),
+        },
+    ];
+    let report = audit(&outbox.store, &client, &consumers).await.unwrap();
+    report.assert_clean();
+    assert_eq!(
+        (report.events, report.applied),
+        (instructions, 2 * instructions),
+        "{report}"
+    );
 
     // The ledger's replays reached the intake and were absorbed there.
     let deliveries = sqlite_rows(
