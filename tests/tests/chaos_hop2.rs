@@ -1,0 +1,267 @@
+//! Campaign scenario: the fan-out and the consumer SIGKILLed at random points while
+//! messages flow (issue 15, "Fan-out and consumer SIGKILL").
+//!
+//! Real processes on loopback: the dev ledger signs webhooks to `outbox fanout`, which
+//! publishes over HTTP to `outbox consume` and its SQLite treasury; the fan-out also
+//! catches up from the ledger's log, as a production deployment would. While batches
+//! of payouts (some refused for insufficient funds) are relayed, the fan-out or the
+//! consumer is killed with SIGKILL at random moments and started again. At the end
+//! the auditor, from the outbox alone: every event posted or refused once and in
+//! order, the consumer applied each exactly once at its sequence, holds nothing, and
+//! its balances are the ledger's.
+//!
+//! `OUTBOX_CHAOS_PROFILE=long` (scripts/chaos.sh long) runs the long sizes;
+//! `OUTBOX_TEST_SEED` replays a run (the seed is printed).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::process::Process;
+use common::*;
+use outbox_ledger_dev::{DevLedger, DevLedgerConfig, WebhookBackoff, WebhookTarget};
+use outbox_store_sqlite::{SqliteConfig, SqliteStore};
+use outbox_testkit::auditor::{ConsumerView, audit};
+use outbox_testkit::ports::free_port;
+use outbox_transport_http::WEBHOOK_PATH;
+
+const PUBLISH_SECRET: &str = "chaos-hop2-secret";
+
+/// Sizes of one run.
+struct Profile {
+    merchants: usize,
+    batches: usize,
+    batch: usize,
+    kills: usize,
+}
+
+fn profile() -> Profile {
+    match std::env::var("OUTBOX_CHAOS_PROFILE").as_deref() {
+        Ok("long") => Profile {
+            merchants: 200,
+            batches: 100,
+            batch: 200,
+            kills: 60,
+        },
+        _ => Profile {
+            merchants: 12,
+            batches: 10,
+            batch: 30,
+            kills: 6,
+        },
+    }
+}
+
+struct Parts {
+    outbox: Outbox,
+    fanout_port: u16,
+    consumer_port: u16,
+    ledger_url: String,
+}
+
+impl Parts {
+    fn db(&self, file: &str) -> String {
+        format!("sqlite://{}", self.outbox.dir().join(file).display())
+    }
+
+    async fn fanout(&self) -> Process {
+        let args: Vec<String> = [
+            "fanout",
+            "--listen",
+            &format!("127.0.0.1:{}", self.fanout_port),
+            "--database",
+            &self.db("fanout.db"),
+            "--secret",
+            SECRET,
+            "--to",
+            &format!("http://127.0.0.1:{}/hop2/messages", self.consumer_port),
+            "--publish-secret",
+            PUBLISH_SECRET,
+            "--poll-interval-ms",
+            "50",
+            "--ledger-url",
+            &self.ledger_url,
+            "--ledger-name",
+            LEDGER,
+            "--catch-up-interval-secs",
+            "1",
+            "--catch-up-settle-secs",
+            "1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        Process::start("fanout", &args, "fanout: intake on").await
+    }
+
+    async fn consumer(&self) -> Process {
+        let args: Vec<String> = [
+            "consume",
+            "--from",
+            &format!("http://127.0.0.1:{}", self.consumer_port),
+            "--secret",
+            PUBLISH_SECRET,
+            "--database",
+            &self.db("treasury.db"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        Process::start("consume", &args, "consume: treasury").await
+    }
+
+    fn applied(&self) -> i64 {
+        let conn = rusqlite::Connection::open(self.outbox.dir().join("treasury.db")).unwrap();
+        conn.query_row("SELECT COUNT(*) FROM inbox_messages", [], |r| r.get(0))
+            .unwrap_or(0)
+    }
+
+    fn balances(&self) -> BTreeMap<String, i128> {
+        let conn = rusqlite::Connection::open(self.outbox.dir().join("treasury.db")).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT account, balance FROM treasury_balances")
+            .unwrap();
+        stmt.query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, i128::from(r.get::<_, i64>(1)?)))
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fanout_and_consumer_sigkilled_at_random_points_lose_and_double_nothing() {
+    let sizes = profile();
+    let seed = std::env::var("OUTBOX_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    eprintln!("chaos_hop2: seed {seed} (OUTBOX_TEST_SEED={seed} replays it)");
+    let mut rng = fastrand::Rng::with_seed(seed);
+
+    let fanout_port = free_port();
+    let ledger = DevLedger::start(DevLedgerConfig {
+        webhooks: vec![WebhookTarget {
+            url: format!("http://127.0.0.1:{fanout_port}{WEBHOOK_PATH}"),
+            secret: SECRET.to_owned(),
+        }],
+        webhook_backoff: WebhookBackoff {
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(300),
+            max_attempts: 1_000,
+        },
+        create_ledgers: vec![LEDGER.to_owned()],
+        ..DevLedgerConfig::default()
+    })
+    .await
+    .unwrap();
+    let parts = Parts {
+        outbox: Outbox::new().await,
+        fanout_port,
+        consumer_port: free_port(),
+        ledger_url: ledger.url(),
+    };
+    let mut fanout = Some(parts.fanout().await);
+    let mut consumer = Some(parts.consumer().await);
+
+    // Kill points, spread over the batches.
+    let mut kill_after: Vec<usize> = (0..sizes.kills)
+        .map(|_| rng.usize(0..sizes.batches))
+        .collect();
+    kill_after.sort_unstable();
+    let (mut kills_fanout, mut kills_consumer) = (0, 0);
+    let mut enqueued = 0;
+    for batch in 0..sizes.batches {
+        let events: Vec<_> = (0..sizes.batch)
+            .map(|_| {
+                let merchant = format!("x{}", rng.usize(0..sizes.merchants));
+                // About one payout in five is larger than anything funded: refused.
+                match rng.u8(0..10) {
+                    0..=4 => fund(&merchant, rng.u64(1_000..50_000)),
+                    5..=7 => payout(&merchant, rng.u64(100..2_000)),
+                    _ => payout(&merchant, 900_000_000),
+                }
+            })
+            .collect();
+        enqueued += events.len();
+        parts.outbox.enqueue(&events);
+        let relay = tokio::spawn({
+            let client = client(&ledger, Duration::from_secs(10));
+            let store = parts.outbox.store.clone();
+            async move { drain_store(store, client).await }
+        });
+        while kill_after.first() == Some(&batch) {
+            kill_after.remove(0);
+            tokio::time::sleep(Duration::from_millis(rng.u64(0..200))).await;
+            if rng.bool() {
+                fanout.take().unwrap().kill().await;
+                kills_fanout += 1;
+                fanout = Some(parts.fanout().await);
+            } else {
+                consumer.take().unwrap().kill().await;
+                kills_consumer += 1;
+                consumer = Some(parts.consumer().await);
+            }
+        }
+        relay.await.unwrap();
+    }
+
+    let limit = Duration::from_secs(if sizes.kills > 10 { 600 } else { 120 });
+    let started = Instant::now();
+    eventually(limit, "the consumer to apply every event", || {
+        parts.applied() == enqueued as i64
+    })
+    .await;
+    eprintln!(
+        "chaos_hop2: {enqueued} events over {} merchants, {kills_fanout} fan-out and {kills_consumer} consumer SIGKILLs; settled {:?} after the last batch",
+        sizes.merchants,
+        started.elapsed()
+    );
+    let treasury = SqliteStore::open(SqliteConfig::new(parts.outbox.dir().join("treasury.db")))
+        .await
+        .unwrap();
+    let reader = client(&ledger, Duration::from_secs(10));
+    let consumers = [ConsumerView {
+        name: "treasury".into(),
+        inbox: &treasury,
+        balances: Some(parts.balances()),
+    }];
+    let report = audit(&parts.outbox.store, &reader, &consumers)
+        .await
+        .unwrap();
+    eprintln!("chaos_hop2: {report}");
+    report.assert_clean();
+    assert_eq!((report.events, report.applied), (enqueued, enqueued));
+    assert!(report.refused > 0, "no refusal was exercised: {report}");
+    assert_eq!(kills_fanout + kills_consumer, sizes.kills);
+    fanout.take().unwrap().terminate().await;
+    consumer.take().unwrap().terminate().await;
+    ledger.shutdown().await;
+}
+
+/// The relay's drain (as `common::drain`) over a clone of the outbox's store.
+async fn drain_store(
+    store: SqliteStore,
+    ledger: outbox_ledger_formance::FormanceLedger,
+) -> outbox_core::Summary {
+    use std::sync::Arc;
+    let relay = store.polling_relay("relay").await.unwrap();
+    let dispatcher = outbox_core::Dispatcher::open(
+        Arc::new(store.clone()),
+        Box::new(relay),
+        Arc::new(ledger),
+        quick_config(),
+    )
+    .await
+    .unwrap();
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        dispatcher.run(outbox_core::RunMode::Drain, stopped),
+    )
+    .await
+    .expect("the relay drained in time")
+    .unwrap()
+}
