@@ -6,12 +6,12 @@
 //! From the outbox: every event, its account and sequence, and whether the relay
 //! recorded it as posted (accepted or replayed) or refused. Then:
 //!
-//! - **Hop 1** ([`hop1`]): every posted event has exactly one ledger transaction
+//! - **Hop 1** (`hop1`): every posted event has exactly one ledger transaction
 //!   carrying its event id, a refused one none, and one with no terminal record is
 //!   reported as not delivered; a ledger transaction with an event id the outbox does
 //!   not know is an orphan; per account, the ledger's transaction order is the
 //!   sequence order.
-//! - **Hop 2** ([`hop2`]): each consumer applied every event of every account exactly
+//! - **Hop 2** (`hop2`): each consumer applied every event of every account exactly
 //!   once, at its outbox sequence, holds nothing, and — where the caller gives the
 //!   consumer's balances — holds the ledger's balance for each account.
 //!
