@@ -214,11 +214,7 @@ async fn fanout_and_consumer_sigkilled_at_random_points_lose_and_double_nothing(
         parts.applied() == enqueued as i64
     })
     .await;
-    eprintln!(
-        "chaos_hop2: {enqueued} events over {} merchants, {kills_fanout} fan-out and {kills_consumer} consumer SIGKILLs; settled {:?} after the last batch",
-        sizes.merchants,
-        started.elapsed()
-    );
+    let settled = started.elapsed();
     let treasury = SqliteStore::open(SqliteConfig::new(parts.outbox.dir().join("treasury.db")))
         .await
         .unwrap();
@@ -231,7 +227,20 @@ async fn fanout_and_consumer_sigkilled_at_random_points_lose_and_double_nothing(
     let report = audit(&parts.outbox.store, &reader, &consumers)
         .await
         .unwrap();
-    eprintln!("chaos_hop2: {report}");
+    // The campaign's figure line (`scripts/chaos.sh` collects the `CHAOS` lines).
+    println!(
+        "CHAOS hop2-sigkill: seed={seed} events={} accounts={} posted={} refused={} applied={} \
+         crash_points={} (fan-out {kills_fanout}, consumer {kills_consumer}) discrepancies={} \
+         settled_after_last_batch={:.1}s",
+        report.events,
+        sizes.merchants,
+        report.posted,
+        report.refused,
+        report.applied,
+        kills_fanout + kills_consumer,
+        report.discrepancies.len(),
+        settled.as_secs_f64()
+    );
     report.assert_clean();
     assert_eq!((report.events, report.applied), (enqueued, enqueued));
     assert!(report.refused > 0, "no refusal was exercised: {report}");
