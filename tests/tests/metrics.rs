@@ -96,13 +96,21 @@ async fn scrape(admin: &str) -> Scrape {
 async fn scrape_until(admin: &str, what: &str, done: impl Fn(&Scrape) -> bool) -> Scrape {
     let deadline = Instant::now() + WITHIN;
     loop {
-        let scrape = scrape(admin).await;
-        if done(&scrape) {
-            return scrape;
-        }
+        // Until the admin server is bound (a moment after the process starts), not yet.
+        let last = match reqwest::get(format!("http://{admin}/metrics")).await {
+            Ok(answer) if answer.status().is_success() => {
+                let scrape = Scrape::parse(&answer.text().await.unwrap());
+                if done(&scrape) {
+                    return scrape;
+                }
+                format!("{scrape:?}")
+            }
+            Ok(answer) => format!("status {}", answer.status()),
+            Err(e) => format!("no answer: {e}"),
+        };
         assert!(
             Instant::now() < deadline,
-            "timed out waiting for {what}; last scrape: {scrape:?}"
+            "timed out waiting for {what}; last scrape: {last}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -112,13 +120,21 @@ async fn scrape_until(admin: &str, what: &str, done: impl Fn(&Scrape) -> bool) -
 async fn readyz_until(admin: &str, status: u16) -> String {
     let deadline = Instant::now() + WITHIN;
     loop {
-        let (got, body) = http_get(&format!("http://{admin}/readyz")).await;
-        if got == status {
-            return body;
-        }
+        // The admin server binds a moment after the intake: until then, not yet.
+        let last = match reqwest::get(format!("http://{admin}/readyz")).await {
+            Ok(answer) => {
+                let got = answer.status().as_u16();
+                let body = answer.text().await.unwrap();
+                if got == status {
+                    return body;
+                }
+                format!("{got} {body}")
+            }
+            Err(e) => format!("no answer: {e}"),
+        };
         assert!(
             Instant::now() < deadline,
-            "/readyz never answered {status}; last: {got} {body}"
+            "/readyz never answered {status}; last: {last}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
