@@ -199,3 +199,45 @@ async fn each_staged_break_is_named_with_account_sequence_and_event_id() {
     );
     assert!(!report.is_clean());
 }
+
+/// An account whose second payout reached the ledger before its first (here: its
+/// stored bytes posted by hand under its idempotency key before the relay ran, as a
+/// relay that reordered would) is reported out of order, naming the sequence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledger_order_against_sequence_order_is_named() {
+    let run = Run::delivered().await;
+    let stored = run.outbox.enqueue(&[fund("c7", 5_000), fund("c7", 1_000)]);
+    let second = &stored[1];
+    // The body the relay sends: the stored payload's post, byte for byte.
+    let (_, body) = second.payload.split().unwrap();
+    let payload = body.to_vec();
+    let early = reqwest::Client::new()
+        .post(format!("{}/v2/{LEDGER}/transactions", run.ledger.url()))
+        .header("content-type", "application/json")
+        .header("idempotency-key", second.event_id.to_string())
+        .body(payload)
+        .send()
+        .await
+        .unwrap();
+    assert!(early.status().is_success(), "{:?}", early.text().await);
+    let mut config = quick_config();
+    config.bulk = false;
+    let summary = drain(
+        &run.outbox,
+        client(&run.ledger, Duration::from_secs(10)),
+        config,
+    )
+    .await;
+    assert_eq!((summary.accepted, summary.replayed), (1, 1), "{summary:?}");
+
+    let report = run.audit().await;
+    let text = report.to_string();
+    assert!(
+        text.contains(&format!(
+            "OutOfOrder account=merchants:c7 sequence=2 event_id={}",
+            second.event_id
+        )),
+        "{text}"
+    );
+    assert_eq!(report.discrepancies.len(), 1, "{text}");
+}
