@@ -1,5 +1,7 @@
-//! Campaign scenario: the fan-out and the consumer SIGKILLed at random points while
-//! messages flow (issue 15, "Fan-out and consumer SIGKILL").
+//! Campaign scenarios on Hop 2 (issue 15): the fan-out and the consumer SIGKILLed at
+//! random points while messages flow over HTTP, and RabbitMQ stopped mid-stream
+//! (`rabbitmqctl stop_app`, 3 s short / 30 s long) under a fan-out and a consumer on
+//! AMQP.
 //!
 //! Real processes on loopback: the dev ledger signs webhooks to `outbox fanout`, which
 //! publishes over HTTP to `outbox consume` and its SQLite treasury; the fan-out also
@@ -34,6 +36,8 @@ struct Profile {
     batches: usize,
     batch: usize,
     kills: usize,
+    /// How long the broker is stopped in the outage scenario.
+    outage: Duration,
 }
 
 fn profile() -> Profile {
@@ -43,12 +47,14 @@ fn profile() -> Profile {
             batches: 100,
             batch: 200,
             kills: 60,
+            outage: Duration::from_secs(30),
         },
         _ => Profile {
             merchants: 12,
             batches: 10,
             batch: 30,
             kills: 6,
+            outage: Duration::from_secs(3),
         },
     }
 }
@@ -56,7 +62,9 @@ fn profile() -> Profile {
 struct Parts {
     outbox: Outbox,
     fanout_port: u16,
-    consumer_port: u16,
+    /// The fan-out's destination and the consumer's source (one Hop 2 transport).
+    to: String,
+    from: String,
     ledger_url: String,
 }
 
@@ -75,7 +83,7 @@ impl Parts {
             "--secret",
             SECRET,
             "--to",
-            &format!("http://127.0.0.1:{}/hop2/messages", self.consumer_port),
+            &self.to,
             "--publish-secret",
             PUBLISH_SECRET,
             "--poll-interval-ms",
@@ -99,7 +107,7 @@ impl Parts {
         let args: Vec<String> = [
             "consume",
             "--from",
-            &format!("http://127.0.0.1:{}", self.consumer_port),
+            &self.from,
             "--secret",
             PUBLISH_SECRET,
             "--database",
@@ -131,8 +139,81 @@ impl Parts {
     }
 }
 
+/// What a run does to Hop 2 while batches flow.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Disruption {
+    /// SIGKILL the fan-out or the consumer at random points (HTTP transport).
+    Kills,
+    /// Stop RabbitMQ's app for a while, once, mid-stream (AMQP transport).
+    BrokerOutage,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fanout_and_consumer_sigkilled_at_random_points_lose_and_double_nothing() {
+    let consumer_port = free_port();
+    run(
+        "hop2-sigkill",
+        Disruption::Kills,
+        format!("http://127.0.0.1:{consumer_port}/hop2/messages"),
+        format!("http://127.0.0.1:{consumer_port}"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rabbitmq_outage_mid_stream_loses_and_doubles_nothing() {
+    if !rabbitmq_reachable() {
+        assert!(
+            std::env::var_os("OUTBOX_TEST_REQUIRE").is_none(),
+            "OUTBOX_TEST_REQUIRE=1 and no RabbitMQ at 127.0.0.1:5672"
+        );
+        eprintln!("SKIPPED: no RabbitMQ at 127.0.0.1:5672");
+        return;
+    }
+    let exchange = format!("chaos-hop2-{:x}", fastrand::u64(..));
+    let url = format!("amqp://guest:guest@127.0.0.1:5672/%2f?exchange={exchange}&queues=4");
+    run(
+        "hop2-rabbitmq-outage",
+        Disruption::BrokerOutage,
+        url.clone(),
+        url,
+    )
+    .await;
+}
+
+fn rabbitmq_reachable() -> bool {
+    std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], 5672).into(), Duration::from_millis(500))
+        .is_ok()
+}
+
+/// `rabbitmqctl stop_app` until dropped: the app is started again even when the test
+/// fails half-way, so the shared broker is never left stopped.
+struct StoppedBroker;
+
+impl StoppedBroker {
+    fn stop() -> Self {
+        rabbitmqctl(&["stop_app"]);
+        Self
+    }
+}
+
+impl Drop for StoppedBroker {
+    fn drop(&mut self) {
+        rabbitmqctl(&["start_app"]);
+        rabbitmqctl(&["await_startup", "--timeout", "60"]);
+    }
+}
+
+fn rabbitmqctl(args: &[&str]) {
+    let status = std::process::Command::new("rabbitmqctl")
+        .arg("-q")
+        .args(args)
+        .status()
+        .expect("run rabbitmqctl");
+    assert!(status.success(), "rabbitmqctl {args:?}: {status}");
+}
+
+async fn run(scenario: &str, disruption: Disruption, to: String, from: String) {
     let sizes = profile();
     let seed = std::env::var("OUTBOX_TEST_SEED")
         .ok()
@@ -160,16 +241,22 @@ async fn fanout_and_consumer_sigkilled_at_random_points_lose_and_double_nothing(
     let parts = Parts {
         outbox: Outbox::new().await,
         fanout_port,
-        consumer_port: free_port(),
+        to,
+        from,
         ledger_url: ledger.url(),
     };
     let mut fanout = Some(parts.fanout().await);
     let mut consumer = Some(parts.consumer().await);
 
-    // Kill points, spread over the batches.
-    let mut kill_after: Vec<usize> = (0..sizes.kills)
-        .map(|_| rng.usize(0..sizes.batches))
-        .collect();
+    // Kill points, spread over the batches; an outage in one batch in the middle.
+    let kills = if disruption == Disruption::Kills {
+        sizes.kills
+    } else {
+        0
+    };
+    let mut kill_after: Vec<usize> = (0..kills).map(|_| rng.usize(0..sizes.batches)).collect();
+    let outage_at = (disruption == Disruption::BrokerOutage).then_some(sizes.batches / 2);
+    let mut outage = None;
     kill_after.sort_unstable();
     let (mut kills_fanout, mut kills_consumer) = (0, 0);
     let mut enqueued = 0;
@@ -205,6 +292,13 @@ async fn fanout_and_consumer_sigkilled_at_random_points_lose_and_double_nothing(
                 consumer = Some(parts.consumer().await);
             }
         }
+        if outage_at == Some(batch) {
+            tokio::time::sleep(Duration::from_millis(rng.u64(0..200))).await;
+            let stopped = StoppedBroker::stop();
+            tokio::time::sleep(sizes.outage).await;
+            drop(stopped);
+            outage = Some(sizes.outage);
+        }
         relay.await.unwrap();
     }
 
@@ -229,9 +323,9 @@ async fn fanout_and_consumer_sigkilled_at_random_points_lose_and_double_nothing(
         .unwrap();
     // The campaign's figure line (`scripts/chaos.sh` collects the `CHAOS` lines).
     println!(
-        "CHAOS hop2-sigkill: seed={seed} events={} accounts={} posted={} refused={} applied={} \
+        "CHAOS {scenario}: seed={seed} events={} accounts={} posted={} refused={} applied={} \
          crash_points={} (fan-out {kills_fanout}, consumer {kills_consumer}) discrepancies={} \
-         settled_after_last_batch={:.1}s",
+         broker_outage={:?} settled_after_last_batch={:.1}s",
         report.events,
         sizes.merchants,
         report.posted,
@@ -239,12 +333,14 @@ async fn fanout_and_consumer_sigkilled_at_random_points_lose_and_double_nothing(
         report.applied,
         kills_fanout + kills_consumer,
         report.discrepancies.len(),
+        outage,
         settled.as_secs_f64()
     );
     report.assert_clean();
     assert_eq!((report.events, report.applied), (enqueued, enqueued));
     assert!(report.refused > 0, "no refusal was exercised: {report}");
-    assert_eq!(kills_fanout + kills_consumer, sizes.kills);
+    assert_eq!(kills_fanout + kills_consumer, kills);
+    assert_eq!(outage.is_some(), disruption == Disruption::BrokerOutage);
     fanout.take().unwrap().terminate().await;
     consumer.take().unwrap().terminate().await;
     ledger.shutdown().await;
