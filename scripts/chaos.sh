@@ -26,7 +26,7 @@ bash scripts/postgres-setup.sh
 
 echo "==> the outbox binary (debug, every feature) and the campaign"
 cargo build -p outbox-bins --features all
-cargo test -p outbox-tests --test chaos --test chaos_hop2 --no-run
+cargo test -p outbox-tests --test chaos --test chaos_hop2 --test chaos_hostile --no-run
 
 echo "==> the $profile profile"
 log="${TMPDIR:-/tmp}/outbox-chaos-$profile.log"
@@ -34,7 +34,7 @@ log="${TMPDIR:-/tmp}/outbox-chaos-$profile.log"
 threads=2
 if [ "$profile" = long ]; then threads=1; fi
 set +e
-cargo test -p outbox-tests --test chaos --test chaos_hop2 -- --nocapture --test-threads "$threads" 2>&1 | tee "$log"
+cargo test -p outbox-tests --test chaos --test chaos_hop2 --test chaos_hostile -- --nocapture --test-threads "$threads" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 echo
