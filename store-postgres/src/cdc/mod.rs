@@ -144,6 +144,8 @@ mod catch_up;
 mod config;
 mod decode;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod position;
 mod relay;
 mod slot;
