@@ -11,6 +11,8 @@ mod errors;
 mod events;
 mod faults;
 mod features;
+#[doc(hidden)]
+pub mod fuzzing;
 mod history;
 mod idempotency;
 mod listing;

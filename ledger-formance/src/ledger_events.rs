@@ -290,7 +290,12 @@ fn outbox_message(
         metadata_trace(metadata)
     };
     Ok(FanoutMessage {
-        instruction_id: text(OUTBOX_EVENT_ID_KEY)?.to_owned(),
+        // Consumers key their inbox on it and refuse a message without one: an empty
+        // id is refused here, before it is stored.
+        instruction_id: Some(text(OUTBOX_EVENT_ID_KEY)?)
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| Error::invalid(format!("metadata.{OUTBOX_EVENT_ID_KEY}"), "is empty"))?
+            .to_owned(),
         account: Account::parse_field(
             &format!("metadata.{OUTBOX_ACCOUNT_KEY}"),
             text(OUTBOX_ACCOUNT_KEY)?,
@@ -461,6 +466,22 @@ mod tests {
         .unwrap_err();
         assert_eq!(err.field(), Some("metadata.outbox_sequence"));
         assert_eq!(untraced(b"[1]").unwrap_err().field(), Some("body"));
+    }
+
+    /// The `webhook_body` fuzz target's round trip failed on this input: an empty
+    /// instruction id was accepted (and would be stored), then refused by every
+    /// consumer (`header outbox-instruction-id: missing`). The intake refuses it.
+    #[test]
+    fn an_empty_instruction_id_is_refused_naming_the_key() {
+        let err = untraced(&committed(&outbox_metadata(""))).unwrap_err();
+        assert_eq!(err.field(), Some("metadata.outbox_event_id"), "{err}");
+        let err = messages_from_log(
+            "payouts",
+            "NEW_TRANSACTION",
+            br#"{"transaction":{"id":7,"metadata":{"outbox_event_id":"","outbox_account":"merchants:1","outbox_sequence":"2"}}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(err.field(), Some("metadata.outbox_event_id"), "{err}");
     }
 
     #[test]

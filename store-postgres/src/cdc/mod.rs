@@ -144,6 +144,8 @@ mod catch_up;
 mod config;
 mod decode;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub(crate) mod leave;
 mod position;
 mod relay;

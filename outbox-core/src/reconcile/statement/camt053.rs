@@ -248,6 +248,10 @@ impl<'a> Walk<'a> {
 
     fn open(&mut self, e: &BytesStart<'_>, reader: &NsReader<&[u8]>, position: u64) -> Result<()> {
         let name = e.local_name().as_ref().to_owned();
+        // quick-xml reads `< x` as a start tag named "": not XML, and no name to give.
+        if name.is_empty() {
+            return Err(self.malformed(position, "a tag without an element name"));
+        }
         match self.frames.len() {
             0 => {
                 if self.seen_root {
@@ -631,6 +635,24 @@ fn is_camt053(namespace: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `camt053` fuzz target: quick-xml reads `< -- …` as a start tag
+    /// with an empty name, and the refusal then named an empty field.
+    #[test]
+    fn a_tag_without_a_name_is_malformed_xml_named_by_where_it_is() {
+        let mapping = AccountMapping::default();
+        let err = parse(
+            "<?xml version=\"1.0\"?>\n< -- a comment gone wrong -->\n",
+            &mapping,
+        )
+        .unwrap_err();
+        assert_eq!(err.field(), Some("XML prolog"), "{err}");
+        assert!(err.message().contains("line 2"), "{err}");
+        let nested =
+            "<Document xmlns=\"urn:iso:std:iso:20022:tech:xsd:camt.053.001.02\">< x/></Document>";
+        let err = parse(nested, &mapping).unwrap_err();
+        assert_eq!(err.field(), Some("Document"), "{err}");
+    }
 
     #[test]
     fn every_two_digit_camt053_version_is_accepted() {
