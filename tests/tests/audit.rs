@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use common::postgres::{PgOutbox, server_url};
 use common::process::Process;
 use common::*;
-use outbox_core::{EventId, LedgerCommand, Metadata, NewEvent, OutboxEvent, RevertCommand};
+use outbox_core::{EventId, NewEvent, OutboxEvent};
 use outbox_ledger_dev::{
     DevLedger, DevLedgerConfig, RunningDevLedger, WebhookBackoff, WebhookTarget,
 };
@@ -80,17 +80,6 @@ async fn audit(args: &[String]) -> Run {
 
 fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| (*s).to_owned()).collect()
-}
-
-fn revert(aggregate: &str, target: EventId) -> NewEvent {
-    NewEvent::new(
-        account(aggregate),
-        LedgerCommand::Revert(RevertCommand {
-            event_id: target,
-            metadata: Metadata::from([("event_type".to_owned(), "payout.reversed".to_owned())]),
-        }),
-    )
-    .with_event_id(EventId::new())
 }
 
 /// Where each database of one run lives (SQLite files, or PostgreSQL schemas).

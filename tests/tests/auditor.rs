@@ -69,18 +69,7 @@ impl Run {
     }
 
     fn balances(&self) -> BTreeMap<String, i128> {
-        let conn = rusqlite::Connection::open(self.outbox.dir().join("treasury.db")).unwrap();
-        let mut stmt = conn
-            .prepare(
-                "SELECT account, balance FROM treasury_balances WHERE account LIKE 'merchants:%'",
-            )
-            .unwrap();
-        stmt.query_map([], |r| {
-            Ok((r.get::<_, String>(0)?, i128::from(r.get::<_, i64>(1)?)))
-        })
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
+        treasury_balances(&self.outbox.dir().join("treasury.db"))
     }
 
     async fn audit(&self) -> AuditReport {

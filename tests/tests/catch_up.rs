@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use common::process::Process;
 use common::*;
-use outbox_core::{EventId, Ledger, LedgerCommand, Metadata, NewEvent, RevertCommand};
+use outbox_core::Ledger;
 use outbox_ledger_dev::RunningDevLedger;
 use outbox_testkit::ports::free_port;
 use outbox_transport_http::WEBHOOK_PATH;
@@ -169,17 +169,6 @@ impl Layout {
             );
         }
     }
-}
-
-fn revert(aggregate: &str, target: EventId) -> NewEvent {
-    NewEvent::new(
-        account(aggregate),
-        LedgerCommand::Revert(RevertCommand {
-            event_id: target,
-            metadata: Metadata::from([("event_type".to_owned(), "payout.reversed".to_owned())]),
-        }),
-    )
-    .with_event_id(EventId::new())
 }
 
 /// Waits (bounded) until the ledger has settled `count` webhook deliveries.

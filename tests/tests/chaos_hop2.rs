@@ -126,16 +126,7 @@ impl Parts {
     }
 
     fn balances(&self) -> BTreeMap<String, i128> {
-        let conn = rusqlite::Connection::open(self.outbox.dir().join("treasury.db")).unwrap();
-        let mut stmt = conn
-            .prepare("SELECT account, balance FROM treasury_balances")
-            .unwrap();
-        stmt.query_map([], |r| {
-            Ok((r.get::<_, String>(0)?, i128::from(r.get::<_, i64>(1)?)))
-        })
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
+        treasury_balances(&self.outbox.dir().join("treasury.db"))
     }
 }
 
@@ -215,12 +206,7 @@ fn rabbitmqctl(args: &[&str]) {
 
 async fn run(scenario: &str, disruption: Disruption, to: String, from: String) {
     let sizes = profile();
-    let seed = std::env::var("OUTBOX_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| fastrand::u64(..));
-    eprintln!("chaos_hop2: seed {seed} (OUTBOX_TEST_SEED={seed} replays it)");
-    let mut rng = fastrand::Rng::with_seed(seed);
+    let (seed, mut rng) = seeded(scenario);
 
     let fanout_port = free_port();
     let ledger = DevLedger::start(DevLedgerConfig {

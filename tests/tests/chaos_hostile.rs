@@ -20,10 +20,7 @@ use std::time::{Duration, Instant};
 
 use common::process::Process;
 use common::*;
-use outbox_core::{
-    EventId, FanoutMessage, FanoutStore, LedgerCommand, Metadata, NewEvent, Publisher,
-    RevertCommand, Wakeup,
-};
+use outbox_core::{FanoutMessage, FanoutStore, Publisher, Wakeup};
 use outbox_ledger_formance::{FormanceWebhookDecoder, WebhookVerifier};
 use outbox_store_sqlite::{SqliteConfig, SqliteFanoutStore, SqliteStore};
 use outbox_testkit::auditor::{ConsumerView, audit};
@@ -40,26 +37,10 @@ fn sizes() -> (usize, usize) {
     }
 }
 
-fn revert(aggregate: &str, target: EventId) -> NewEvent {
-    NewEvent::new(
-        account(aggregate),
-        LedgerCommand::Revert(RevertCommand {
-            event_id: target,
-            metadata: Metadata::from([("event_type".to_owned(), "payout.reversed".to_owned())]),
-        }),
-    )
-    .with_event_id(EventId::new())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hostile_stream_into_outbox_consume_ends_in_the_in_order_exactly_once_state() {
     let (merchants, total) = sizes();
-    let seed = std::env::var("OUTBOX_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| fastrand::u64(..));
-    eprintln!("chaos_hostile: seed {seed} (OUTBOX_TEST_SEED={seed} replays it)");
-    let mut rng = fastrand::Rng::with_seed(seed);
+    let (seed, mut rng) = seeded("hop2-hostile");
 
     // 1. Real messages: relay → dev ledger → webhooks → a fan-out store.
     let outbox = Outbox::new().await;
@@ -194,18 +175,7 @@ async fn a_hostile_stream_into_outbox_consume_ends_in_the_in_order_exactly_once_
         applied() == messages.len() as i64
     })
     .await;
-    let balances: BTreeMap<String, i128> = {
-        let conn = rusqlite::Connection::open(&treasury_db).unwrap();
-        let mut stmt = conn
-            .prepare("SELECT account, balance FROM treasury_balances")
-            .unwrap();
-        stmt.query_map([], |r| {
-            Ok((r.get::<_, String>(0)?, i128::from(r.get::<_, i64>(1)?)))
-        })
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
-    };
+    let balances = treasury_balances(&treasury_db);
     let inbox = SqliteStore::open(SqliteConfig::new(&treasury_db))
         .await
         .unwrap();

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use common::postgres::PgOutbox;
 use common::process::Process;
 use common::*;
-use outbox_core::{EventId, LedgerCommand, Metadata, NewEvent, RevertCommand};
 use outbox_ledger_dev::{DevLedger, DevLedgerConfig, WebhookBackoff, WebhookTarget};
 use outbox_testkit::auditor::{ConsumerView, audit};
 use outbox_transport_http::WEBHOOK_PATH;
@@ -28,17 +27,6 @@ fn reachable(addr: &str) -> bool {
         .ok()
         .and_then(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_secs(2)).ok())
         .is_some()
-}
-
-fn revert(aggregate: &str, target: EventId) -> NewEvent {
-    NewEvent::new(
-        account(aggregate),
-        LedgerCommand::Revert(RevertCommand {
-            event_id: target,
-            metadata: Metadata::from([("event_type".to_owned(), "payout.reversed".to_owned())]),
-        }),
-    )
-    .with_event_id(EventId::new())
 }
 
 /// Runs `outbox relay --once` to the end and checks it succeeded.

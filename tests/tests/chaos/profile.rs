@@ -68,18 +68,4 @@ impl Profile {
     }
 }
 
-/// The run's random generator, seeded from `OUTBOX_TEST_SEED` or a fresh seed; the
-/// seed is printed with the scenario so a failure can be replayed.
-///
-/// # Panics
-/// When `OUTBOX_TEST_SEED` is not an unsigned integer.
-pub fn seeded(scenario: &str) -> (u64, fastrand::Rng) {
-    let seed = match std::env::var("OUTBOX_TEST_SEED") {
-        Ok(text) => text.trim().parse().unwrap_or_else(|_| {
-            panic!("OUTBOX_TEST_SEED must be an unsigned integer, not {text:?}")
-        }),
-        Err(_) => fastrand::u64(..),
-    };
-    eprintln!("chaos {scenario}: seed {seed} (OUTBOX_TEST_SEED={seed} replays it)");
-    (seed, fastrand::Rng::with_seed(seed))
-}
+pub use crate::common::seeded;

@@ -63,6 +63,48 @@ pub fn fund(merchant: &str, amount: u64) -> NewEvent {
     )
 }
 
+/// A reversal of the payout `target`, on `aggregate`'s sequence.
+pub fn revert(aggregate: &str, target: EventId) -> NewEvent {
+    NewEvent::new(
+        account(aggregate),
+        LedgerCommand::Revert(outbox_core::RevertCommand {
+            event_id: target,
+            metadata: Metadata::from([("event_type".to_owned(), "payout.reversed".to_owned())]),
+        }),
+    )
+    .with_event_id(EventId::new())
+}
+
+/// The reference treasury's balance per account in its SQLite file, for the auditor.
+pub fn treasury_balances(treasury_db: &Path) -> std::collections::BTreeMap<String, i128> {
+    let conn = rusqlite::Connection::open(treasury_db).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT account, balance FROM treasury_balances")
+        .unwrap();
+    stmt.query_map([], |r| {
+        Ok((r.get::<_, String>(0)?, i128::from(r.get::<_, i64>(1)?)))
+    })
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap()
+}
+
+/// A run's random generator, seeded from `OUTBOX_TEST_SEED` or a fresh seed, which
+/// is printed with `scenario` so a failure can be replayed.
+///
+/// # Panics
+/// When `OUTBOX_TEST_SEED` is not an unsigned integer.
+pub fn seeded(scenario: &str) -> (u64, fastrand::Rng) {
+    let seed = match std::env::var("OUTBOX_TEST_SEED") {
+        Ok(text) => text.trim().parse().unwrap_or_else(|_| {
+            panic!("OUTBOX_TEST_SEED must be an unsigned integer, not {text:?}")
+        }),
+        Err(_) => fastrand::u64(..),
+    };
+    eprintln!("chaos {scenario}: seed {seed} (OUTBOX_TEST_SEED={seed} replays it)");
+    (seed, fastrand::Rng::with_seed(seed))
+}
+
 /// A payout from available to pending payouts.
 pub fn payout(merchant: &str, amount: u64) -> NewEvent {
     transfer(
