@@ -49,21 +49,25 @@ fn outbox_and_a_dead_ledger() -> (tempfile::TempDir, String, String) {
     (dir, database, format!("http://127.0.0.1:{}", free_port()))
 }
 
-#[test]
-fn a_drain_that_posted_nothing_exits_4_and_its_log_has_no_colour_codes() {
-    let (_dir, database, ledger) = outbox_and_a_dead_ledger();
-    let out = outbox(&[
+/// `outbox [global…] relay --once` on `database` against `ledger`, with `extra` flags.
+fn drain(global: &[&str], database: &str, ledger: &str, extra: &[&str]) -> Output {
+    let relay = [
         "relay",
         "--once",
         "--database",
-        &database,
+        database,
         "--ledger-url",
-        &ledger,
+        ledger,
         "--ledger-name",
         "payouts",
-        "--max-attempts",
-        "2",
-    ]);
+    ];
+    outbox(&[global, &relay[..], extra].concat())
+}
+
+#[test]
+fn a_drain_that_posted_nothing_exits_4_and_its_log_has_no_colour_codes() {
+    let (_dir, database, ledger) = outbox_and_a_dead_ledger();
+    let out = drain(&[], &database, &ledger, &["--max-attempts", "2"]);
     let text = stderr(&out);
     assert_eq!(out.status.code(), Some(4), "{text}");
     assert!(
@@ -80,20 +84,12 @@ fn a_drain_that_posted_nothing_exits_4_and_its_log_has_no_colour_codes() {
 #[test]
 fn json_logs_are_one_object_per_line_with_event_account_and_sequence() {
     let (_dir, database, ledger) = outbox_and_a_dead_ledger();
-    let out = outbox(&[
-        "--log-format",
-        "json",
-        "relay",
-        "--once",
-        "--database",
+    let out = drain(
+        &["--log-format", "json"],
         &database,
-        "--ledger-url",
         &ledger,
-        "--ledger-name",
-        "payouts",
-        "--max-attempts",
-        "2",
-    ]);
+        &["--max-attempts", "2"],
+    );
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     let text = stderr(&out);
     let lines: Vec<Value> = text
@@ -152,18 +148,7 @@ fn bad_flags_and_input_exit_2() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_account_resumes_when_the_relay_runs_again() {
     let (_dir, database, dead) = outbox_and_a_dead_ledger();
-    let out = outbox(&[
-        "relay",
-        "--once",
-        "--database",
-        &database,
-        "--ledger-url",
-        &dead,
-        "--ledger-name",
-        "payouts",
-        "--max-attempts",
-        "1",
-    ]);
+    let out = drain(&[], &database, &dead, &["--max-attempts", "1"]);
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     let ledger = outbox_ledger_dev::DevLedger::start(outbox_ledger_dev::DevLedgerConfig {
         create_ledgers: vec!["payouts".to_owned()],
@@ -171,16 +156,7 @@ async fn a_stopped_account_resumes_when_the_relay_runs_again() {
     })
     .await
     .unwrap();
-    let out = outbox(&[
-        "relay",
-        "--once",
-        "--database",
-        &database,
-        "--ledger-url",
-        &ledger.url(),
-        "--ledger-name",
-        "payouts",
-    ]);
+    let out = drain(&[], &database, &ledger.url(), &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("accepted 1, replayed 0"), "{text}");
