@@ -78,10 +78,7 @@ async fn relay_sigkill(
     let (seed, mut rng) = seeded(scenario);
     let ledger = dev_ledger(None).await;
     let logs = tempfile::TempDir::new().unwrap();
-    let count = match backend {
-        Backend::Sqlite(_) => profile.kill_events_sqlite,
-        Backend::Postgres(_) => profile.kill_events_postgres,
-    };
+    let count = profile.kill_events;
     let events = workload(&mut rng, count, profile.kill_accounts);
     let started = Instant::now();
     let plan = KillPlan {

@@ -7,11 +7,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy)]
 pub struct Profile {
     pub name: &'static str,
-    /// Events of the relay SIGKILL scenario on SQLite and of each on PostgreSQL
-    /// (fewer in the long profile: the three PostgreSQL scenarios would otherwise
-    /// take the campaign past 15 minutes on a 2-core machine), and their accounts.
-    pub kill_events_sqlite: usize,
-    pub kill_events_postgres: usize,
+    /// Events of each relay SIGKILL scenario (SQLite, PostgreSQL polling, CDC, the
+    /// fleet), and their accounts.
+    pub kill_events: usize,
     pub kill_accounts: usize,
     /// SIGKILLs per relay scenario.
     pub kills: usize,
@@ -29,8 +27,7 @@ pub struct Profile {
 impl Profile {
     const SHORT: Self = Self {
         name: "short",
-        kill_events_sqlite: 3_000,
-        kill_events_postgres: 3_000,
+        kill_events: 3_000,
         kill_accounts: 100,
         kills: 5,
         kill_within: Duration::from_millis(150),
@@ -43,8 +40,7 @@ impl Profile {
 
     const LONG: Self = Self {
         name: "long",
-        kill_events_sqlite: 100_000,
-        kill_events_postgres: 30_000,
+        kill_events: 100_000,
         kill_accounts: 1_000,
         kills: 100,
         kill_within: Duration::from_millis(400),
