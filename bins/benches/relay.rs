@@ -6,7 +6,13 @@
 //! but records nothing and moves no cursor. Goals: relay ≥ 0.9 × raw; ≥ 50k events/s
 //! to the null ledger with bulk.
 //!
-//! Run: `cargo bench -p outbox-bins --bench relay` (`-- --events N --accounts M`);
+//! Then a hot account (every event on one account, null ledger): the relay with bulk
+//! (ordered runs) and without, beside the many-accounts drain of the same number of
+//! events and a hand-rolled single worker posting the same rows one after another in
+//! order. Goals: hot ≥ 0.5 × many accounts, and ≥ 1.5 × the hand-rolled worker.
+//!
+//! Run: `cargo bench -p outbox-bins --bench relay` (`-- --events N --accounts M
+//! --hot-events H`);
 //! `BENCH_SYNC_NORMAL=1` measures with `synchronous=NORMAL` instead of FULL.
 
 use std::sync::Arc;
@@ -151,5 +157,42 @@ fn main() {
             }
         }
         println!("goals: relay/raw ≥ 0.90; null ledger with bulk ≥ 50000 ev/s");
+        hot_account(dir.path(), &null_url, arg("--hot-events", 5_000), accounts).await;
     });
+}
+
+/// One account with every event, to the null ledger: see the module docs.
+async fn hot_account(dir: &std::path::Path, url: &str, events: usize, accounts: usize) {
+    let fresh = |accounts| tokio::task::block_in_place(|| outbox(dir, events, accounts));
+    let many = rate(events, relay_drain(fresh(accounts), url, true).await);
+    let hot_runs = rate(events, relay_drain(fresh(1), url, true).await);
+    let hot_single = rate(events, relay_drain(fresh(1), url, false).await);
+    let worker = {
+        let (store, ledger) = (fresh(1), client(url));
+        let start = Instant::now();
+        outbox_testkit::raw_drain::raw_drain_in_order(&store, ledger.as_ref()).await;
+        rate(events, start.elapsed())
+    };
+    println!();
+    println!("Hot account: {events} events on one account, null ledger");
+    println!(
+        "{:<44} {:>10} {:>10} {:>10}",
+        "", "ev/s", "/ many", "/ worker"
+    );
+    for (name, figure) in [
+        (format!("relay, {accounts} accounts, bulk (baseline)"), many),
+        (
+            "relay, one account, bulk (ordered runs)".to_owned(),
+            hot_runs,
+        ),
+        ("relay, one account, --no-bulk".to_owned(), hot_single),
+        ("hand-rolled single worker, in order".to_owned(), worker),
+    ] {
+        println!(
+            "{name:<44} {figure:>10.0} {:>10.2} {:>10.2}",
+            figure / many,
+            figure / worker
+        );
+    }
+    println!("goals: one account with bulk ≥ 0.50 × many accounts and ≥ 1.50 × the worker");
 }

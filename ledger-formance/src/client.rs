@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use outbox_core::{
     Account, BalanceDate, Balances, BulkItem, Error, ErrorKind, EventId, Ledger,
     LedgerCapabilities, LedgerTransaction, Metadata, OUTBOX_EVENT_ID_KEY, PostOutcome, Result,
+    RunOutcome,
 };
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap};
 use reqwest::{Client, Method, StatusCode, Url};
@@ -402,7 +403,7 @@ impl FormanceLedger {
 #[async_trait]
 impl Ledger for FormanceLedger {
     fn capabilities(&self) -> LedgerCapabilities {
-        LedgerCapabilities::new(self.max_bulk)
+        LedgerCapabilities::new(self.max_bulk).with_ordered_runs()
     }
 
     async fn post(&self, key: EventId, body: &[u8]) -> Result<PostOutcome> {
@@ -428,6 +429,10 @@ impl Ledger for FormanceLedger {
 
     async fn post_bulk(&self, items: &[BulkItem<'_>]) -> Result<Vec<Result<PostOutcome>>> {
         self.post_in_chunks(items).await
+    }
+
+    async fn post_run(&self, items: &[BulkItem<'_>]) -> Result<RunOutcome> {
+        self.post_atomic_run(items).await
     }
 
     async fn revert(

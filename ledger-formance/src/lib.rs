@@ -12,6 +12,7 @@ mod ledger_log;
 mod listing;
 mod log_chain;
 mod logs;
+mod run;
 mod transaction_record;
 mod webhook;
 mod webhook_decoder;

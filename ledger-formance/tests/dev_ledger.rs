@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use outbox_core::{
     Account, Amount, Asset, BalanceDate, Balances, BulkItem, ErrorKind, EventId, Ledger,
     LedgerCommand, Metadata, OUTBOX_EVENT_ID_KEY, Payload, PostBody, PostCommand, PostOutcome,
-    Posting, Retry, Script,
+    Posting, Retry, RunOutcome, Script,
 };
 use outbox_ledger_dev::{DevLedger, DevLedgerConfig, RunningDevLedger};
 use outbox_ledger_formance::{FormanceConfig, FormanceLedger};
@@ -630,6 +630,130 @@ async fn a_bulk_reference_conflict_from_the_same_event_resolves_as_a_replay() {
             transaction_id: first
         }
     );
+}
+
+/// Consecutive payouts of one funded account, as the relay would send a hot account's run.
+fn payouts(from: &str, amounts: &[u64]) -> Vec<(EventId, Vec<u8>)> {
+    amounts
+        .iter()
+        .map(|amount| {
+            let event = EventId::new();
+            (event, transfer(event, from, "banks:clearing", *amount))
+        })
+        .collect()
+}
+
+async fn committed_id(ledger: &FormanceLedger, event: EventId) -> Option<u64> {
+    ledger
+        .transaction_by_event_id(event)
+        .await
+        .unwrap()
+        .map(|tx| tx.id)
+}
+
+#[tokio::test]
+async fn a_run_commits_every_element_in_item_order() {
+    let (_dev, ledger) = setup().await;
+    assert!(ledger.capabilities().ordered_runs);
+    fund(&ledger, "merchants:hot:available", 1_000).await;
+    let bodies = payouts("merchants:hot:available", &[100, 200, 300, 400]);
+    let outcome = ledger.post_run(&items(&bodies)).await.unwrap();
+    let RunOutcome::Committed(ids) = outcome else {
+        panic!("expected Committed, got {outcome:?}")
+    };
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    for ((event, _), id) in bodies.iter().zip(&ids) {
+        assert_eq!(committed_id(&ledger, *event).await, Some(*id));
+    }
+    let balances = ledger
+        .aggregate_balances("merchants:hot:available")
+        .await
+        .unwrap();
+    assert_eq!(balances.values().copied().collect::<Vec<_>>(), vec![0]);
+}
+
+#[tokio::test]
+async fn a_refusal_inside_a_run_rolls_the_whole_run_back_and_keeps_no_key() {
+    let (_dev, ledger) = setup().await;
+    fund(&ledger, "merchants:hot:available", 100).await;
+    // The third payout overdraws: nothing of the run may stay.
+    let bodies = payouts("merchants:hot:available", &[30, 30, 60, 10]);
+    let outcome = ledger.post_run(&items(&bodies)).await.unwrap();
+    let RunOutcome::RolledBack { index, reason } = outcome else {
+        panic!("expected RolledBack, got {outcome:?}")
+    };
+    assert_eq!(index, 2);
+    assert!(reason.starts_with("INSUFFICIENT_FUND"), "{reason}");
+    for (event, _) in &bodies {
+        assert_eq!(committed_id(&ledger, *event).await, None);
+    }
+    let balances = ledger
+        .aggregate_balances("merchants:hot:available")
+        .await
+        .unwrap();
+    assert_eq!(balances.values().copied().collect::<Vec<_>>(), vec![100]);
+    // The first element's key was not kept: sent alone, it is a first post.
+    let (event, body) = &bodies[0];
+    accepted(ledger.post(*event, body).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_run_replays_an_element_already_posted() {
+    let (_dev, ledger) = setup().await;
+    fund(&ledger, "merchants:hot:available", 100).await;
+    let bodies = payouts("merchants:hot:available", &[10, 20, 30]);
+    let first = accepted(ledger.post(bodies[0].0, &bodies[0].1).await.unwrap());
+    let outcome = ledger.post_run(&items(&bodies)).await.unwrap();
+    let RunOutcome::Committed(ids) = outcome else {
+        panic!("expected Committed, got {outcome:?}")
+    };
+    assert_eq!(
+        ids[0], first,
+        "the posted element answers with its original id"
+    );
+    let balances = ledger
+        .aggregate_balances("merchants:hot:available")
+        .await
+        .unwrap();
+    assert_eq!(balances.values().copied().collect::<Vec<_>>(), vec![40]);
+}
+
+#[tokio::test]
+async fn a_failed_run_call_is_an_error_and_leaves_all_or_nothing() {
+    let dev = dev_ledger(100).await;
+    let ledger = client_for(&dev, |c| c.request_timeout_ms = 500);
+    fund(&ledger, "merchants:hot:available", 1_000).await;
+
+    // Refused before it ran (503): transient, nothing committed.
+    let bodies = payouts("merchants:hot:available", &[1, 2, 3]);
+    dev.faults()
+        .push_status(StatusCode::SERVICE_UNAVAILABLE, None, 1);
+    let err = ledger.post_run(&items(&bodies)).await.unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    for (event, _) in &bodies {
+        assert_eq!(committed_id(&ledger, *event).await, None);
+    }
+
+    // The answer lost after the commit: transient, and every element committed.
+    dev.faults().timeout_after_commit(1, Duration::from_secs(2));
+    let err = ledger.post_run(&items(&bodies)).await.unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    for (event, body) in &bodies {
+        let id = committed_id(&ledger, *event).await.expect("committed");
+        assert_eq!(
+            ledger.post(*event, body).await.unwrap(),
+            PostOutcome::Replayed { transaction_id: id }
+        );
+    }
+
+    // Longer than the bulk limit: refused before anything is sent.
+    let client = client_for(&dev, |c| c.bulk_max_size = 2);
+    let err = client
+        .post_run(&items(&payouts("merchants:hot:available", &[1, 1, 1])))
+        .await
+        .unwrap_err();
+    assert_eq!(err.retry(), Retry::Permanent);
+    assert!(err.to_string().contains("bulk limit"), "{err}");
 }
 
 #[tokio::test]

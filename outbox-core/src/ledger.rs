@@ -42,6 +42,22 @@ pub struct BulkItem<'a> {
     pub body: &'a [u8],
 }
 
+/// The ledger's answer to [`Ledger::post_run`], an ordered all-or-nothing post.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// Every element committed, in order: the transaction id of each, in item order.
+    /// A replayed element reads the same as a new one (a bulk answer has no hit flag).
+    Committed(Vec<u64>),
+    /// Nothing committed: element `index` failed (refused, or an error of its own) and
+    /// the ledger rolled the whole run back with it.
+    RolledBack {
+        /// The first element that failed.
+        index: usize,
+        /// The ledger's code and message for it, for the log.
+        reason: String,
+    },
+}
+
 /// A transaction as read back from the ledger.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerTransaction {
@@ -84,12 +100,28 @@ pub type Balances = BTreeMap<Asset, i128>;
 pub struct LedgerCapabilities {
     /// Most elements one bulk call takes; 0 or 1 means no bulk.
     pub max_bulk: usize,
+    /// Whether [`Ledger::post_run`] posts several events of one account in one
+    /// ordered, atomic call (up to `max_bulk` of them).
+    pub ordered_runs: bool,
 }
 
 impl LedgerCapabilities {
-    /// Capabilities of an adapter that takes at most `max_bulk` elements per bulk call.
+    /// Capabilities of an adapter that takes at most `max_bulk` elements per bulk call
+    /// (and has no ordered runs).
     pub const fn new(max_bulk: usize) -> Self {
-        Self { max_bulk }
+        Self {
+            max_bulk,
+            ordered_runs: false,
+        }
+    }
+
+    /// The same, with [`Ledger::post_run`] implemented.
+    #[must_use]
+    pub const fn with_ordered_runs(self) -> Self {
+        Self {
+            ordered_runs: true,
+            ..self
+        }
     }
 }
 
@@ -108,6 +140,12 @@ impl LedgerCapabilities {
 /// - `post_bulk` answers one result per item, in order. Items are independent: the
 ///   caller puts at most one event per account in a call (the relay sends the head
 ///   of each account), so one item's refusal or failure must not stop the others.
+/// - `post_run` (only when `capabilities().ordered_runs`) posts consecutive events of
+///   one account in item order, all or nothing: either every item commits, in order,
+///   or none does. An error means the outcome is unknown — every item may have
+///   committed (an answer lost after commit), never only some of them. The relay uses
+///   it for an account with many events waiting (a hot account), so they cost one
+///   round trip instead of one each (docs/ARCHITECTURE.md#hot-accounts).
 #[async_trait]
 pub trait Ledger: Send + Sync + 'static {
     /// What this adapter supports; the dispatcher caps its bulk size by it.
@@ -123,6 +161,20 @@ pub trait Ledger: Send + Sync + 'static {
             out.push(self.post(item.key, item.body).await);
         }
         Ok(out)
+    }
+
+    /// Posts `items`, consecutive events of one account, in order and atomically; see
+    /// the contract above.
+    ///
+    /// # Errors
+    /// `Unsupported` (the default) from an adapter without ordered runs; otherwise an
+    /// error leaves the run's outcome unknown (all or nothing).
+    async fn post_run(&self, items: &[BulkItem<'_>]) -> Result<RunOutcome> {
+        let _ = items;
+        Err(crate::Error::new(
+            crate::ErrorKind::Unsupported,
+            "this ledger adapter cannot post an ordered run",
+        ))
     }
 
     /// Reverts transaction `transaction_id`, with its own key and metadata.

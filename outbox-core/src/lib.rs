@@ -37,6 +37,7 @@ pub use inbox::{
 };
 pub use ledger::{
     BalanceDate, Balances, BulkItem, Ledger, LedgerCapabilities, LedgerTransaction, PostOutcome,
+    RunOutcome,
 };
 pub use relay::{PollingRelay, Relay, Wakeup};
 pub use retention::{

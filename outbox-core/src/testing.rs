@@ -167,6 +167,13 @@ pub(crate) struct FakeLedgerState {
     /// A store to look at when a notice arrives: was the refusal already recorded?
     pub observed: Option<MemoryStore>,
     pub notice_after_record: Vec<bool>,
+    /// Whether `post_run` is offered (off by default, so the other tests see one
+    /// call per head).
+    pub ordered_runs: bool,
+    /// The length of every `post_run` call, in call order.
+    pub runs: Vec<usize>,
+    /// The next runs commit, then answer with a transient error (the answer lost).
+    pub run_answers_lost: u32,
 }
 
 #[derive(Clone, Default)]
@@ -207,10 +214,52 @@ impl FakeLedger {
 #[async_trait]
 impl Ledger for FakeLedger {
     fn capabilities(&self) -> LedgerCapabilities {
-        LedgerCapabilities::new(100)
+        let capabilities = LedgerCapabilities::new(100);
+        if self.0.lock().unwrap().ordered_runs {
+            capabilities.with_ordered_runs()
+        } else {
+            capabilities
+        }
     }
     async fn post(&self, key: EventId, body: &[u8]) -> Result<PostOutcome> {
         self.answer("post", key, body)
+    }
+    /// All or nothing: the first element that is not accepted or replayed rolls back
+    /// the keys the run stored; an error scripted for an element fails the whole call.
+    async fn post_run(&self, items: &[BulkItem<'_>]) -> Result<crate::RunOutcome> {
+        self.0.lock().unwrap().runs.push(items.len());
+        let mut ids = Vec::with_capacity(items.len());
+        let mut stored = Vec::new();
+        for (index, item) in items.iter().enumerate() {
+            let fresh = !self.0.lock().unwrap().by_key.contains_key(&item.key);
+            let answer = self.answer("run", item.key, item.body);
+            if fresh && matches!(answer, Ok(PostOutcome::Accepted { .. })) {
+                stored.push(item.key);
+            }
+            let failed = match answer {
+                Ok(
+                    PostOutcome::Accepted { transaction_id }
+                    | PostOutcome::Replayed { transaction_id },
+                ) => {
+                    ids.push(transaction_id);
+                    continue;
+                }
+                Ok(PostOutcome::Rejected { code, message }) => Ok(format!("{code}: {message}")),
+                Err(e) if e.is_transient() => Err(e),
+                Err(e) => Ok(e.to_string()),
+            };
+            let mut s = self.0.lock().unwrap();
+            for key in &stored {
+                s.by_key.remove(key);
+            }
+            return failed.map(|reason| crate::RunOutcome::RolledBack { index, reason });
+        }
+        let mut s = self.0.lock().unwrap();
+        if s.run_answers_lost > 0 {
+            s.run_answers_lost -= 1;
+            return Err(Error::new(ErrorKind::Transport, "timed out").transient(None));
+        }
+        Ok(crate::RunOutcome::Committed(ids))
     }
     async fn post_bulk(&self, items: &[BulkItem<'_>]) -> Result<Vec<Result<PostOutcome>>> {
         Ok(items

@@ -50,3 +50,27 @@ pub async fn raw_drain(store: &dyn Store, ledger: &dyn Ledger, bulk: bool) -> us
         }
     }
 }
+
+/// The hand-rolled single worker a team writes for one account: reads the committed
+/// events in batches and posts them one after another, in order, each with its key;
+/// records nothing. Returns how many it posted.
+///
+/// # Panics
+/// On any store or ledger error: a benchmark baseline has no error path.
+pub async fn raw_drain_in_order(store: &dyn Store, ledger: &dyn Ledger) -> usize {
+    let batch_size = DispatchConfig::default().batch_size;
+    let mut after = None;
+    let mut seen = 0;
+    loop {
+        let batch = store.read_committed(after, batch_size).await.expect("read");
+        let Some(last) = batch.last() else {
+            return seen;
+        };
+        after = Some(last.position);
+        seen += batch.len();
+        for event in &batch {
+            let body = event.payload.split().expect("payload").1;
+            ledger.post(event.event_id, body).await.expect("post");
+        }
+    }
+}

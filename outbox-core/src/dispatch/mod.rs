@@ -143,8 +143,9 @@ impl Dispatcher {
                 break;
             }
             self.refill().await?;
-            let heads = self.queues.ready_heads(Instant::now());
-            if heads.is_empty() {
+            let max_run = send::max_run(self.ledger.as_ref(), &self.config);
+            let runs = self.queues.ready_runs(Instant::now(), max_run);
+            if runs.is_empty() {
                 // Idle: make the cursor exact before waiting. Events read as already
                 // terminal (a restart's uncertain window) end no round, so the
                 // frontier is advanced here too, or the cursor would stay behind them.
@@ -171,7 +172,7 @@ impl Dispatcher {
             let outcomes = send::send_round(
                 self.ledger.as_ref(),
                 self.store.as_ref(),
-                heads,
+                runs,
                 &self.config,
                 self.relay.name(),
             )
@@ -353,6 +354,31 @@ impl Dispatcher {
                     self.queues.complete_head(&account);
                 }
                 Ok(Sent::Notified) => self.queues.complete_head(&account),
+                Ok(Sent::RolledBack { through, reason }) => {
+                    tracing::info!(event_id = %head.event.event_id, account = %account, sequence = head.event.sequence, %reason, "the ledger rolled back a run of this account: its events go one by one through the one that failed");
+                    self.queues.fall_back_to_singles(&account, through, false);
+                }
+                Ok(Sent::RunUnknown { through, error }) => {
+                    tracing::warn!(event_id = %head.event.event_id, account = %account, sequence = head.event.sequence, error = %error, "a run of this account failed with its outcome unknown (all or none committed): its events go alone, a committed one answering as a replay");
+                    metrics::relay_outcome(self.relay.name(), RelayOutcome::Failed);
+                    let code = error_code(&error);
+                    records.push(record(
+                        &head.event,
+                        attempt,
+                        DeliveryOutcome::Failed,
+                        None,
+                        Some(code),
+                        Some(error.to_string()),
+                    ));
+                    self.queues.fall_back_to_singles(&account, through, true);
+                    match self.retry_delay(&head, &error) {
+                        Some(delay) => {
+                            self.summary.retried += 1;
+                            self.queues.park(&account, Instant::now() + delay);
+                        }
+                        None => self.queues.count_attempt(&account),
+                    }
+                }
                 Err(err) if head.refused.is_some() => {
                     if let Some(kind) = self.fail_notice(&head, &err) {
                         exceptions.push(exception(
@@ -515,5 +541,7 @@ async fn wait(relay: &mut dyn Relay, interval: Duration, unpark: Option<Instant>
 
 #[cfg(test)]
 mod properties;
+#[cfg(test)]
+mod run_tests;
 #[cfg(test)]
 mod tests;

@@ -24,7 +24,7 @@ use crate::domain::{
     PostCommand, Posting, RevertCommand,
 };
 use crate::exception::Exception;
-use crate::ledger::{Balances, BulkItem, LedgerCapabilities, LedgerTransaction};
+use crate::ledger::{Balances, BulkItem, LedgerCapabilities, LedgerTransaction, RunOutcome};
 use crate::relay::PollingRelay;
 use crate::store::{Lag, StoreCapabilities};
 use crate::testing::{FakeLedger, MemoryStore, proptest_config};
@@ -252,6 +252,25 @@ impl Ledger for FaultyLedger {
         })
         .await
     }
+    async fn post_run(&self, items: &[BulkItem<'_>]) -> Result<RunOutcome> {
+        self.write(async {
+            let fresh: Vec<EventId> = {
+                let state = self.inner.0.lock().unwrap();
+                items
+                    .iter()
+                    .map(|i| i.key)
+                    .filter(|key| !state.by_key.contains_key(key))
+                    .collect()
+            };
+            let outcome = self.inner.post_run(items).await?;
+            if let RunOutcome::Committed(_) = outcome {
+                let mut written = self.written.lock().unwrap();
+                written.extend(fresh.into_iter().map(Written::Committed));
+            }
+            Ok(outcome)
+        })
+        .await
+    }
     async fn revert(
         &self,
         key: EventId,
@@ -343,6 +362,8 @@ struct Scenario {
     /// Each run but the last crashes after this many effects (if it gets that far).
     crashes: Vec<usize>,
     config: DispatchConfig,
+    /// Whether the ledger posts an account's consecutive events as one ordered run.
+    ordered_runs: bool,
 }
 
 fn dispatch_config() -> impl Strategy<Value = DispatchConfig> {
@@ -388,15 +409,19 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 prop::collection::vec(fault(), 0..40),
                 prop::collection::vec(1usize..30, 0..=3),
                 dispatch_config(),
+                any::<bool>(),
             )
         })
-        .prop_map(|(histories, enqueue, faults, crashes, config)| Scenario {
-            histories,
-            enqueue,
-            faults,
-            crashes,
-            config,
-        })
+        .prop_map(
+            |(histories, enqueue, faults, crashes, config, ordered_runs)| Scenario {
+                histories,
+                enqueue,
+                faults,
+                crashes,
+                config,
+                ordered_runs,
+            },
+        )
 }
 
 fn payout(account: &Account, amount: u64) -> NewEvent {
@@ -500,6 +525,7 @@ async fn run_with_crashes(
 
 async fn run(scenario: &Scenario) -> std::result::Result<(), TestCaseError> {
     let (store, ledger) = (MemoryStore::default(), FakeLedger::default());
+    ledger.0.lock().unwrap().ordered_runs = scenario.ordered_runs;
     let events = enqueue(scenario, &store, &ledger);
     let written = Arc::new(Mutex::new(Vec::new()));
     run_with_crashes(scenario, &store, &ledger, &written).await?;

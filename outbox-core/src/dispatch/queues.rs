@@ -49,6 +49,18 @@ pub(crate) enum AccountState {
 struct AccountQueue {
     events: VecDeque<Pending>,
     state: AccountState,
+    /// After a run failed, its events go one by one through this position (the
+    /// element that failed, or the whole run when its fate is unknown), so a refusal,
+    /// a replay or a retry is handled exactly as for a single post.
+    singles_through: Option<Position>,
+}
+
+impl Pending {
+    /// Whether this event may go in an ordered run of its account: a plain post, not
+    /// refused, whose outcome no crash left unknown.
+    fn runnable(&self) -> bool {
+        self.post && !self.uncertain && self.refused.is_none()
+    }
 }
 
 /// Events read but not yet terminal, by account, plus the read order.
@@ -79,6 +91,7 @@ impl Queues {
             .or_insert_with(|| AccountQueue {
                 events: VecDeque::new(),
                 state: AccountState::Ready,
+                singles_through: None,
             })
             .events
             .push_back(pending);
@@ -122,8 +135,11 @@ impl Queues {
         self.queued - stopped
     }
 
-    /// The heads that may be sent now: one per account, ready or with its park expired.
-    pub fn ready_heads(&self, now: Instant) -> Vec<Pending> {
+    /// What may be sent now, per account that is ready or whose park expired: its
+    /// head, followed by up to `max_run - 1` more of its events when the head and they
+    /// may go in one ordered run (consecutive runnable posts, past any fallback to
+    /// single posts). A `max_run` of 1 or less gives the heads alone.
+    pub fn ready_runs(&self, now: Instant, max_run: usize) -> Vec<Vec<Pending>> {
         self.accounts
             .values()
             .filter(|q| match q.state {
@@ -131,8 +147,44 @@ impl Queues {
                 AccountState::Parked { until } => until <= now,
                 AccountState::Stopped => false,
             })
-            .filter_map(|q| q.events.front().cloned())
+            .filter_map(|q| {
+                let head = q.events.front()?;
+                let alone =
+                    !head.runnable() || q.singles_through.is_some_and(|s| head.event.position <= s);
+                let take = if alone { 1 } else { max_run.max(1) };
+                Some(
+                    q.events
+                        .iter()
+                        .take(take)
+                        .enumerate()
+                        .take_while(|(i, e)| *i == 0 || e.runnable())
+                        .map(|(_, e)| e.clone())
+                        .collect(),
+                )
+            })
             .collect()
+    }
+
+    /// A run of `account` failed: its events through `through` go one by one from
+    /// now on, so a refusal is recorded and announced as for a single post. When the
+    /// run's fate is unknown (`possibly_posted`: all of it may have committed), they
+    /// are also sent alone rather than in a bulk, whose answer has no hit flag, so a
+    /// committed one is seen as a replay.
+    pub fn fall_back_to_singles(
+        &mut self,
+        account: &Account,
+        through: Position,
+        possibly_posted: bool,
+    ) {
+        let Some(q) = self.accounts.get_mut(account) else {
+            return;
+        };
+        q.singles_through = Some(q.singles_through.map_or(through, |s| s.max(through)));
+        if possibly_posted {
+            for event in q.events.iter_mut().filter(|e| e.event.position <= through) {
+                event.uncertain = true;
+            }
+        }
     }
 
     /// The earliest time a parked account may retry.

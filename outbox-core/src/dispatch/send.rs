@@ -1,6 +1,7 @@
-//! Sending one round of heads to the ledger: bulk where it is safe, alone where a
-//! replay must be observed or the call is not a plain post, and the rejection notice
-//! of a head the ledger already refused.
+//! Sending one round to the ledger: an account's run of consecutive posts as one
+//! ordered, atomic call (a hot account), the other heads in bulk where it is safe,
+//! alone where a replay must be observed or the call is not a plain post, and the
+//! rejection notice of a head the ledger already refused.
 
 use std::time::Instant;
 
@@ -10,15 +11,15 @@ use tracing::Instrument;
 use super::config::DispatchConfig;
 use super::notice::notify_rejection;
 use super::queues::Pending;
-use crate::domain::{EventId, LedgerCommand, Metadata, OutboxEvent, PayloadKind};
+use crate::domain::{EventId, LedgerCommand, Metadata, OutboxEvent, PayloadKind, Position};
 use crate::error::{Error, ErrorKind, Result};
-use crate::ledger::{BulkItem, Ledger, PostOutcome};
+use crate::ledger::{BulkItem, Ledger, PostOutcome, RunOutcome};
 use crate::metrics;
 use crate::store::{DeliveryOutcome, Store};
 use crate::trace::relay_post_span;
 
-/// What sending a head produced.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What sending a head (or the run it leads) produced.
+#[derive(Debug, Clone)]
 pub(crate) enum Sent {
     /// The ledger's answer to the post or revert.
     Posted(PostOutcome),
@@ -27,19 +28,41 @@ pub(crate) enum Sent {
     /// An uncertain event's rejection notice is already on the ledger: it was
     /// refused before the crash, and is not posted again.
     AlreadyRefused { code: String },
+    /// The ledger rolled back the run this head leads: element `through` failed and
+    /// nothing committed. The account's events go one by one through it.
+    RolledBack { through: Position, reason: String },
+    /// The run this head leads failed as a whole: every element up to `through` may
+    /// have committed, or none (a run is all or nothing). They go alone, as possibly
+    /// posted, so a committed one answers as a replay.
+    RunUnknown { through: Position, error: Error },
 }
 
 enum Job {
     Alone(Pending),
     Bulk(Vec<Pending>),
+    /// One account's consecutive posts, in sequence order, as one atomic call.
+    Run(Vec<Pending>),
     Notice(Pending),
 }
 
-/// Sends every head (at most one per account) and returns each with its answer.
+/// Most events of one account sent in one call this round: the bulk size when bulk
+/// is on and the ledger posts ordered runs, else 1 (the head alone).
+pub(crate) fn max_run(ledger: &dyn Ledger, config: &DispatchConfig) -> usize {
+    let capabilities = ledger.capabilities();
+    let max_bulk = config.max_bulk.min(capabilities.max_bulk);
+    if config.bulk && capabilities.ordered_runs && max_bulk > 1 {
+        max_bulk
+    } else {
+        1
+    }
+}
+
+/// Sends every run (a head, and at most [`max_run`] of its account's events in all)
+/// and returns each event sent with its answer; a failed run answers for its head.
 pub(crate) async fn send_round(
     ledger: &dyn Ledger,
     store: &dyn Store,
-    heads: Vec<Pending>,
+    runs: Vec<Vec<Pending>>,
     config: &DispatchConfig,
     relay: &str,
 ) -> Vec<(Pending, Result<Sent>)> {
@@ -47,7 +70,12 @@ pub(crate) async fn send_round(
     let use_bulk = config.bulk && max_bulk > 1;
     let mut jobs = Vec::new();
     let mut bulkable = Vec::new();
-    for head in heads {
+    for mut run in runs {
+        if run.len() > 1 {
+            jobs.push(Job::Run(run));
+            continue;
+        }
+        let Some(head) = run.pop() else { continue };
         if head.refused.is_some() {
             jobs.push(Job::Notice(head));
             continue;
@@ -93,16 +121,9 @@ async fn run_job(
                 .await;
             vec![(head, outcome)]
         }
+        Job::Run(run) => send_run(ledger, run, relay).await,
         Job::Bulk(heads) => {
-            let bodies: Result<Vec<BulkItem<'_>>> = heads
-                .iter()
-                .map(|h| {
-                    h.event.payload.split().map(|(_, body)| BulkItem {
-                        key: h.event.event_id,
-                        body,
-                    })
-                })
-                .collect();
+            let bodies = bulk_items(&heads);
             // One span per event, each in its own event's trace, open for the bulk call.
             let spans: Vec<_> = heads.iter().map(|h| relay_post_span(&h.event)).collect();
             let answers = match bodies {
@@ -138,6 +159,83 @@ async fn run_job(
             }
         }
     }
+}
+
+/// Each event's key and stored body, as bulk elements.
+fn bulk_items(events: &[Pending]) -> Result<Vec<BulkItem<'_>>> {
+    events
+        .iter()
+        .map(|p| {
+            p.event.payload.split().map(|(_, body)| BulkItem {
+                key: p.event.event_id,
+                body,
+            })
+        })
+        .collect()
+}
+
+/// Posts one account's run in one ordered, atomic call. Committed: every event is
+/// accepted, in order. Otherwise only the head answers, for the whole run.
+async fn send_run(
+    ledger: &dyn Ledger,
+    run: Vec<Pending>,
+    relay: &str,
+) -> Vec<(Pending, Result<Sent>)> {
+    let through = run.last().map(|p| p.event.position);
+    let answer = match bulk_items(&run) {
+        Ok(items) => {
+            let spans: Vec<_> = run.iter().map(|p| relay_post_span(&p.event)).collect();
+            metrics::relay_bulk(relay, items.len());
+            let started = Instant::now();
+            let answer = ledger.post_run(&items).await;
+            metrics::relay_call(relay, "run", started.elapsed());
+            drop(spans);
+            answer
+        }
+        Err(e) => Err(e),
+    };
+    let unknown = |error: Error| Sent::RunUnknown {
+        through: through.expect("a run is never empty"),
+        error,
+    };
+    let head_answer = match answer {
+        Ok(RunOutcome::Committed(ids)) if ids.len() == run.len() => {
+            return run
+                .into_iter()
+                .zip(ids)
+                .map(|(p, transaction_id)| {
+                    (
+                        p,
+                        Ok(Sent::Posted(PostOutcome::Accepted { transaction_id })),
+                    )
+                })
+                .collect();
+        }
+        Ok(RunOutcome::Committed(ids)) => unknown(
+            Error::new(
+                ErrorKind::Ledger,
+                format!(
+                    "the run answered {} ids for {} elements",
+                    ids.len(),
+                    run.len()
+                ),
+            )
+            .transient(None),
+        ),
+        Ok(RunOutcome::RolledBack { index, reason }) => match run.get(index) {
+            Some(failed) => Sent::RolledBack {
+                through: failed.event.position,
+                reason,
+            },
+            None => unknown(Error::new(
+                ErrorKind::Ledger,
+                format!("the run names element {index} of {} as failed", run.len()),
+            )),
+        },
+        Err(error) => unknown(error),
+    };
+    let head = run.into_iter().next().expect("a run is never empty");
+    vec![(head, Ok(head_answer))]
 }
 
 async fn send_alone(
