@@ -147,7 +147,10 @@ fn bad_flags_and_input_exit_2() {
 #[cfg(feature = "dev-ledger")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_account_resumes_when_the_relay_runs_again() {
-    let (_dir, database, dead) = outbox_and_a_dead_ledger();
+    use outbox_ledger_formance::{FormanceConfig, FormanceLedger};
+    use outbox_store_sqlite::{SqliteConfig, SqliteStore};
+
+    let (dir, database, dead) = outbox_and_a_dead_ledger();
     let out = drain(&[], &database, &dead, &["--max-attempts", "1"]);
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     let ledger = outbox_ledger_dev::DevLedger::start(outbox_ledger_dev::DevLedgerConfig {
@@ -161,16 +164,20 @@ async fn a_stopped_account_resumes_when_the_relay_runs_again() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("accepted 1, replayed 0"), "{text}");
     assert!(text.contains("stopped accounts 0"), "{text}");
-    let listed = reqwest::get(format!("{}/v2/payouts/transactions", ledger.url()))
-        .await
-        .unwrap()
-        .json::<Value>()
+    // Posted once, as the auditor rebuilds it from the outbox: the stopped payout now
+    // has exactly one ledger transaction and a terminal record.
+    let store = SqliteStore::open(SqliteConfig::new(dir.path().join("outbox.db")))
         .await
         .unwrap();
+    let reader = FormanceLedger::new(&FormanceConfig::new(ledger.url(), "payouts")).unwrap();
+    let report = outbox_testkit::auditor::audit(&store, &reader, &[])
+        .await
+        .unwrap();
+    report.assert_clean();
     assert_eq!(
-        listed["cursor"]["data"].as_array().map(Vec::len),
-        Some(1),
-        "{listed}"
+        (report.events, report.posted, report.ledger_transactions),
+        (1, 1, 1),
+        "{report}"
     );
     ledger.shutdown().await;
 }

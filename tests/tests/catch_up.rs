@@ -7,8 +7,8 @@
 //! store. The ledger is then restarted with the right secret; the next events arrive,
 //! and the consumer holds them behind the lost ones — a gap nothing fills. With
 //! `outbox fanout --ledger-url` the fan-out reads the ledger's log and appends what is
-//! missing: every event reaches the consumer, the treasury equals the ledger's
-//! balances, and nothing is applied or stored twice.
+//! missing: the auditor finds every event applied once at its sequence, nothing held,
+//! the treasury equal to the ledger's balances, and nothing is stored twice.
 //!
 //! A second case checks that after a normal delivery `outbox fanout catch-up` appends
 //! nothing (everything is a duplicate), and that `--since` rescans without moving the
@@ -23,7 +23,6 @@ use std::time::Duration;
 
 use common::process::Process;
 use common::*;
-use outbox_core::Ledger;
 use outbox_ledger_dev::RunningDevLedger;
 use outbox_testkit::ports::free_port;
 use outbox_transport_http::WEBHOOK_PATH;
@@ -135,39 +134,16 @@ impl Layout {
         self.count("treasury.db", "SELECT COUNT(*) FROM inbox_held")
     }
 
+    /// The auditor over the outbox, the ledger and the treasury `outbox consume` keeps.
+    async fn audit(&self, ledger: &RunningDevLedger) -> outbox_testkit::auditor::AuditReport {
+        audit_with_treasury(&self.outbox.store, ledger, &self.path("treasury.db")).await
+    }
+
     fn checkpoint(&self) -> i64 {
         self.count(
             "fanout.db",
             "SELECT COALESCE(MAX(position), -1) FROM fanout_cursors WHERE transport = 'ledger-log:payouts'",
         )
-    }
-
-    /// Every merchant account's treasury balance equals its balance on the ledger.
-    async fn assert_treasury_equals_ledger(&self, ledger: &RunningDevLedger) {
-        let conn = rusqlite::Connection::open(self.path("treasury.db")).unwrap();
-        let mut stmt = conn
-            .prepare(
-                "SELECT account, balance FROM treasury_balances WHERE account LIKE 'merchants:%'",
-            )
-            .unwrap();
-        let treasury: BTreeMap<String, i64> = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        assert!(
-            !treasury.is_empty(),
-            "the treasury holds no merchant account"
-        );
-        let reader = client(ledger, Duration::from_secs(10));
-        for (account, balance) in &treasury {
-            let on_ledger = reader.aggregate_balances(account).await.unwrap();
-            assert_eq!(
-                on_ledger.values().copied().sum::<i128>(),
-                i128::from(*balance),
-                "{account}: treasury against ledger"
-            );
-        }
     }
 }
 
@@ -273,9 +249,15 @@ async fn webhooks_the_intake_refused_reach_the_consumer_through_catch_up() {
         run.applied() == instructions
     })
     .await;
-    assert_eq!(run.held(), 0);
-
-    // Each instruction once, the money equal to the ledger's, and the kinds intact.
+    // Each instruction applied once at its sequence, nothing held, the money equal to
+    // the ledger's; and the kinds intact.
+    let report = run.audit(&ledger).await;
+    report.assert_clean();
+    assert_eq!(
+        (report.events, report.posted, report.refused, report.applied),
+        (11, 10, 1, 11),
+        "{report}"
+    );
     let kinds = sqlite(
         &run.path("treasury.db"),
         "SELECT kind, COUNT(*) FROM inbox_messages GROUP BY kind",
@@ -288,7 +270,6 @@ async fn webhooks_the_intake_refused_reach_the_consumer_through_catch_up() {
             ("reverted".to_owned(), 1)
         ])
     );
-    run.assert_treasury_equals_ledger(&ledger).await;
     // The fan-out store holds each event once: catch-up added only the six missing.
     // It read each of the 11 log entries once, under the entry's delivery id (the five
     // webhooks had brought are recorded there as duplicates), and its checkpoint is
@@ -412,6 +393,16 @@ async fn catch_up_after_normal_webhook_delivery_appends_nothing() {
     assert!(
         stderr.contains("base_url") || stderr.contains("ledger-url"),
         "{stderr}"
+    );
+
+    // After both scans, each instruction still applied once, nothing held, the treasury
+    // the ledger's.
+    let report = run.audit(&ledger).await;
+    report.assert_clean();
+    assert_eq!(
+        (report.events, report.posted, report.refused, report.applied),
+        (5, 4, 1, 5),
+        "{report}"
     );
 
     fanout.terminate().await;

@@ -1,14 +1,14 @@
 //! The reference scenario (docs/ARCHITECTURE.md) end to end, as a user runs it: `outbox demo` on a fresh folder, then every
-//! claim of its summary checked again from the files it left behind.
+//! claim of its summary checked again from the files it left behind, ending with the
+//! auditor over them.
 
 mod common;
 
 use std::process::Command;
 
-use common::outbox_binary;
-use outbox_core::Ledger;
+use common::{audit_with_treasury, outbox_binary, treasury_balances};
 use outbox_ledger_dev::{DevLedger, DevLedgerConfig};
-use outbox_ledger_formance::{FormanceConfig, FormanceLedger};
+use outbox_store_sqlite::{SqliteConfig, SqliteStore};
 use rusqlite::Connection;
 
 fn query<T: rusqlite::types::FromSql>(db: &std::path::Path, sql: &str) -> Vec<T> {
@@ -67,39 +67,28 @@ async fn reference_scenario_end_to_end() {
         "SELECT balance FROM treasury_balances WHERE account = 'merchants:4471:payouts:pending'",
     );
     assert_eq!(pending, vec![48_500_000]);
-    let applied: Vec<i64> = query(&treasury, "SELECT count(*) FROM inbox_messages");
-    let enqueued: Vec<i64> = query(&outbox, "SELECT count(*) FROM outbox_events");
-    assert_eq!(
-        applied, enqueued,
-        "not every instruction was applied exactly once"
-    );
 
-    // The ledger's own state, reopened from its file, agrees with the treasury table.
+    // The auditor over the files the demo left, the ledger reopened from its own: every
+    // event posted once in per-account order or refused, each applied once by the
+    // treasury at its sequence, nothing held, and every treasury balance the ledger's.
     let ledger = DevLedger::start(DevLedgerConfig {
         data: Some(work.join("ledger.db")),
         ..DevLedgerConfig::default()
     })
     .await
     .unwrap();
-    let client = FormanceLedger::new(&FormanceConfig::new(ledger.url(), "payouts")).unwrap();
-    let rows: Vec<(String, i64)> = {
-        let conn = Connection::open(&treasury).unwrap();
-        let mut stmt = conn
-            .prepare("SELECT account, balance FROM treasury_balances WHERE account != 'world'")
-            .unwrap();
-        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap()
-    };
-    assert!(rows.len() > 24);
-    for (account, balance) in rows {
-        let on_ledger = client.aggregate_balances(&account).await.unwrap();
-        assert_eq!(
-            on_ledger.values().copied().sum::<i128>(),
-            i128::from(balance),
-            "{account}"
-        );
-    }
+    let store = SqliteStore::open(SqliteConfig::new(&outbox)).await.unwrap();
+    let report = audit_with_treasury(&store, &ledger, &treasury).await;
+    report.assert_clean();
+    assert!(report.events > 120, "the 120 payouts and more: {report}");
+    assert_eq!(
+        (report.refused, report.applied),
+        (1, report.events),
+        "{report}"
+    );
+    assert!(
+        treasury_balances(&treasury).len() > 24,
+        "the treasury holds every merchant's accounts"
+    );
     ledger.shutdown().await;
 }

@@ -1,5 +1,6 @@
 //! The outbox under test on either store, for the cases that run on both.
 
+use outbox_core::reconcile::completeness::CompletenessStore;
 use outbox_core::{DeliveryOutcome, EventId, NewEvent, OutboxEvent, Store};
 
 use super::Outbox;
@@ -30,6 +31,14 @@ impl Backend {
         match self {
             Self::Sqlite(o) => o.enqueue(events),
             Self::Postgres(o) => o.enqueue(events).await,
+        }
+    }
+
+    /// The store the auditor reads the outbox from.
+    pub fn completeness(&self) -> &dyn CompletenessStore {
+        match self {
+            Self::Sqlite(o) => &o.store,
+            Self::Postgres(o) => &o.store,
         }
     }
 

@@ -3,12 +3,17 @@
 
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod audit;
 pub mod backend;
 pub mod fanout_process;
 pub mod hop2;
 pub mod pipeline;
 pub mod postgres;
 pub mod process;
+
+// Not every test binary audits; those that do reach the helpers through `common::*`.
+#[allow(unused_imports)]
+pub use audit::*;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -73,20 +78,6 @@ pub fn revert(aggregate: &str, target: EventId) -> NewEvent {
         }),
     )
     .with_event_id(EventId::new())
-}
-
-/// The reference treasury's balance per account in its SQLite file, for the auditor.
-pub fn treasury_balances(treasury_db: &Path) -> std::collections::BTreeMap<String, i128> {
-    let conn = rusqlite::Connection::open(treasury_db).unwrap();
-    let mut stmt = conn
-        .prepare("SELECT account, balance FROM treasury_balances")
-        .unwrap();
-    stmt.query_map([], |r| {
-        Ok((r.get::<_, String>(0)?, i128::from(r.get::<_, i64>(1)?)))
-    })
-    .unwrap()
-    .collect::<Result<_, _>>()
-    .unwrap()
 }
 
 /// A run's random generator, seeded from `OUTBOX_TEST_SEED` or a fresh seed, which
@@ -337,23 +328,4 @@ pub fn relay_process(
     .stderr(std::process::Stdio::piped())
     .kill_on_drop(true);
     cmd
-}
-
-/// The auditor over `store` and the ledger: every outbox event posted exactly once,
-/// per account in sequence order, nothing orphaned — and `events` are all of them.
-pub async fn assert_exactly_once_in_order(
-    store: &dyn outbox_core::reconcile::completeness::CompletenessStore,
-    ledger: &outbox_ledger_dev::RunningDevLedger,
-    events: &[OutboxEvent],
-) {
-    let reader = client(ledger, Duration::from_secs(10));
-    let report = outbox_testkit::auditor::audit(store, &reader, &[])
-        .await
-        .unwrap();
-    report.assert_clean();
-    assert_eq!(
-        (report.events, report.posted, report.ledger_transactions),
-        (events.len(), events.len(), events.len()),
-        "{report}"
-    );
 }
