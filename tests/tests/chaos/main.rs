@@ -41,7 +41,7 @@ use target::{enqueue_batched, terminal, workload};
 /// The auditor over Hop 1: the outbox against the ledger.
 async fn audit_hop1(backend: &Backend, ledger: &RunningDevLedger) -> AuditReport {
     let reader = client(ledger, Duration::from_secs(60));
-    audit(target::audited(backend), &reader, &[]).await.unwrap()
+    audit(backend.completeness(), &reader, &[]).await.unwrap()
 }
 
 /// A relay name of this run (slots, publications and cursors are named after it).

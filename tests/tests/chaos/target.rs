@@ -2,7 +2,6 @@
 //! campaign's workload, written in batches, and the figures read back from it.
 
 use outbox_core::NewEvent;
-use outbox_core::reconcile::completeness::CompletenessStore;
 
 use crate::common::backend::Backend;
 use crate::common::{fund, payout};
@@ -82,13 +81,5 @@ pub async fn terminal(backend: &Backend) -> usize {
                 .unwrap();
             count as usize
         }
-    }
-}
-
-/// The store the auditor reads the outbox from.
-pub fn audited(backend: &Backend) -> &dyn CompletenessStore {
-    match backend {
-        Backend::Sqlite(outbox) => &outbox.store,
-        Backend::Postgres(outbox) => &outbox.store,
     }
 }
