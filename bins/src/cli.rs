@@ -199,7 +199,8 @@ pub struct RelayFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub batch_size: Option<usize>,
-    /// Post one event per request instead of bulk.
+    /// Post one event per request: no bulk for many accounts, no ordered runs for
+    /// one account with many events waiting.
     #[arg(long)]
     #[serde(skip)]
     pub no_bulk: bool,

@@ -9,7 +9,7 @@ pub use crate::retry::Backoff;
 /// | field | default | meaning |
 /// | --- | --- | --- |
 /// | `batch_size` | 500 | events read from the relay at a time |
-/// | `bulk` | true | post heads of many accounts in one `_bulk` call |
+/// | `bulk` | true | post heads of many accounts in one `_bulk` call, and an account's consecutive posts as one ordered run (docs/ARCHITECTURE.md#hot-accounts) |
 /// | `max_bulk` | 100 | elements per bulk call (capped by the ledger's own limit) |
 /// | `parallel_requests` | 8 | ledger requests in flight at once (accounts run in parallel) |
 /// | `poll_interval` | 1 s | longest idle wait when no wake-up arrives |
@@ -22,7 +22,8 @@ pub struct DispatchConfig {
     /// fewer than this many are active.
     pub batch_size: usize,
     /// Whether the heads of several accounts go out in one `_bulk` call (each with its
-    /// own idempotency key) when the ledger supports it.
+    /// own idempotency key) when the ledger supports it, and an account's consecutive
+    /// posts in one ordered run when the ledger has `ordered_runs`.
     pub bulk: bool,
     /// Most elements per bulk call, capped by [`crate::LedgerCapabilities::max_bulk`];
     /// 1 or less sends one post per event.
