@@ -243,10 +243,22 @@ async fn assert_retry_after_honoured(outbox: &Outbox, retry_after: Duration) -> 
 }
 
 /// The relay through a ledger that fails, loses answers after commit, times out,
-/// throttles and drops connections, and then is unreachable for an outage.
+/// throttles and drops connections, and then is unreachable for an outage; one post
+/// per event, so each fault hits one event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ledger_faults_and_an_outage() {
-    let scenario = "ledger-faults sqlite";
+    ledger_faults("ledger-faults sqlite --no-bulk", &["--no-bulk"]).await;
+}
+
+/// The same with bulk on: the heads of many accounts in `_bulk` calls and the hot
+/// account's consecutive events in ordered runs, whose failures (a 5xx, an answer
+/// lost after the run committed, a refusal inside a run) send them one by one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledger_faults_and_an_outage_with_bulk_and_runs() {
+    ledger_faults("ledger-faults sqlite bulk+runs", &[]).await;
+}
+
+async fn ledger_faults(scenario: &str, flags: &[&str]) {
     let profile = Profile::from_env();
     let (seed, mut rng) = seeded(scenario);
     let ledger = dev_ledger(None).await;
@@ -275,12 +287,16 @@ async fn ledger_faults_and_an_outage() {
     let during_outage = events.split_off(events.len() / 2);
     let started = Instant::now();
     enqueue_batched(&backend, events, target::BATCH).await;
-    // One event per request, so each fault hits one event; answers lost after
-    // commit outlast the 500 ms timeout.
+    // Answers lost after commit outlast the 500 ms timeout.
+    let flags: Vec<&str> = flags
+        .iter()
+        .copied()
+        .chain(["--request-timeout-ms", "500"])
+        .collect();
     let mut relay = RelayChild::start(
         &backend.url(),
         &format!("http://{}", network.listen),
-        &["--no-bulk", "--request-timeout-ms", "500"],
+        &flags,
         logs.path(),
     );
     let mut chaos = Chaos::default();
