@@ -3,66 +3,15 @@
 //! replays and retries behave as for single posts (docs/ARCHITECTURE.md#hot-accounts).
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
 
-use tokio::sync::watch;
-
+use super::tests::{config, drain, payout};
 use super::*;
-use crate::domain::{
-    Account, Amount, Asset, LedgerCommand, Metadata, NewEvent, PostBody, PostCommand, Posting,
-};
-use crate::relay::PollingRelay;
 use crate::testing::{FakeLedger, MemoryStore};
-
-fn payout(merchant: &str, amount: u64) -> NewEvent {
-    NewEvent::new(
-        Account::parse(&format!("merchants:{merchant}")).unwrap(),
-        LedgerCommand::Post(PostCommand {
-            body: PostBody::Postings(vec![Posting {
-                source: Account::parse("world").unwrap(),
-                destination: Account::parse(&format!("merchants:{merchant}:available")).unwrap(),
-                amount: Amount::new(amount),
-                asset: Asset::parse("USD/2").unwrap(),
-            }]),
-            reference: None,
-            metadata: Metadata::new(),
-        }),
-    )
-}
 
 fn ledger_with_runs() -> FakeLedger {
     let ledger = FakeLedger::default();
     ledger.0.lock().unwrap().ordered_runs = true;
     ledger
-}
-
-async fn drain(store: &MemoryStore, ledger: &FakeLedger) -> Summary {
-    let relay = PollingRelay::open(store.clone(), "relay", None)
-        .await
-        .unwrap();
-    let config = DispatchConfig {
-        backoff: Backoff {
-            initial: Duration::from_millis(2),
-            max: Duration::from_millis(5),
-        },
-        poll_interval: Duration::from_millis(5),
-        max_attempts: Some(20),
-        ..DispatchConfig::default()
-    };
-    let dispatcher = Dispatcher::open(
-        Arc::new(store.clone()),
-        Box::new(relay),
-        Arc::new(ledger.clone()),
-        config,
-    )
-    .await
-    .unwrap();
-    let (_tx, rx) = watch::channel(false);
-    tokio::time::timeout(Duration::from_secs(20), dispatcher.run(RunMode::Drain, rx))
-        .await
-        .expect("drain finished")
-        .unwrap()
 }
 
 /// The ledger transaction id of each event, which must grow with the sequence.
@@ -97,7 +46,7 @@ async fn a_hot_account_goes_out_in_ordered_runs_of_the_bulk_size() {
     let (store, ledger) = (MemoryStore::default(), ledger_with_runs());
     let hot: Vec<_> = (0..250).map(|i| store.add(&payout("hot", 1 + i))).collect();
     let quiet = store.add(&payout("quiet", 7));
-    let summary = drain(&store, &ledger).await;
+    let summary = drain(&store, &ledger, config()).await;
     assert_eq!(
         (summary.accepted, summary.replayed, summary.rejected),
         (251, 0, 0)
@@ -135,7 +84,7 @@ async fn a_hot_account_goes_out_in_ordered_runs_of_the_bulk_size() {
 async fn without_bulk_or_without_the_capability_a_hot_account_posts_one_by_one() {
     let (store, ledger) = (MemoryStore::default(), FakeLedger::default());
     let hot: Vec<_> = (0..20).map(|i| store.add(&payout("hot", 1 + i))).collect();
-    let summary = drain(&store, &ledger).await;
+    let summary = drain(&store, &ledger, config()).await;
     assert_eq!(summary.accepted, 20);
     assert!(ledger.0.lock().unwrap().runs.is_empty());
     assert_ledger_order(&ledger, &hot);
@@ -150,7 +99,7 @@ async fn a_refusal_inside_a_run_sends_the_run_one_by_one_through_the_refused_eve
         events[4].event_id,
         vec![rejected("INSUFFICIENT_FUND"), rejected("INSUFFICIENT_FUND")],
     );
-    let summary = drain(&store, &ledger).await;
+    let summary = drain(&store, &ledger, config()).await;
     assert_eq!((summary.accepted, summary.rejected), (9, 1), "{summary:?}");
     for (n, e) in events.iter().enumerate() {
         let expected = if n == 4 {
@@ -186,7 +135,7 @@ async fn a_run_whose_answer_is_lost_is_sent_again_one_by_one_and_answers_as_repl
     let (store, ledger) = (MemoryStore::default(), ledger_with_runs());
     let events: Vec<_> = (0..6).map(|i| store.add(&payout("hot", 1 + i))).collect();
     ledger.0.lock().unwrap().run_answers_lost = 1;
-    let summary = drain(&store, &ledger).await;
+    let summary = drain(&store, &ledger, config()).await;
     assert_eq!((summary.accepted, summary.replayed), (0, 6), "{summary:?}");
     for e in &events {
         let outcomes = store.outcomes(e.event_id);

@@ -15,7 +15,7 @@ use crate::exception::ExceptionKind;
 use crate::relay::PollingRelay;
 use crate::testing::{FakeLedger, MemoryStore};
 
-fn payout(merchant: &str, amount: u64) -> NewEvent {
+pub(super) fn payout(merchant: &str, amount: u64) -> NewEvent {
     NewEvent::new(
         Account::parse(&format!("merchants:{merchant}")).unwrap(),
         LedgerCommand::Post(PostCommand {
@@ -31,7 +31,7 @@ fn payout(merchant: &str, amount: u64) -> NewEvent {
     )
 }
 
-fn config() -> DispatchConfig {
+pub(super) fn config() -> DispatchConfig {
     DispatchConfig {
         backoff: Backoff {
             initial: Duration::from_millis(5),
@@ -43,7 +43,11 @@ fn config() -> DispatchConfig {
     }
 }
 
-async fn drain(store: &MemoryStore, ledger: &FakeLedger, config: DispatchConfig) -> Summary {
+pub(super) async fn drain(
+    store: &MemoryStore,
+    ledger: &FakeLedger,
+    config: DispatchConfig,
+) -> Summary {
     let relay = PollingRelay::open(store.clone(), "relay", None)
         .await
         .unwrap();

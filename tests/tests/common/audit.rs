@@ -76,6 +76,32 @@ pub async fn assert_exactly_once_in_order(
     );
 }
 
+/// The auditor over `store` and the ledger finds nothing, and its figures are
+/// `events` events of which `refused` refused and the rest posted once, on a ledger
+/// that also holds `others` transactions of the test's own (funding, say).
+pub async fn assert_audited(
+    store: &dyn CompletenessStore,
+    ledger: &RunningDevLedger,
+    events: usize,
+    refused: usize,
+    others: usize,
+) -> AuditReport {
+    let report = audit_ledger(store, ledger).await;
+    report.assert_clean();
+    let posted = events - refused;
+    assert_eq!(
+        (
+            report.events,
+            report.posted,
+            report.refused,
+            report.ledger_transactions
+        ),
+        (events, posted, refused, posted + others),
+        "(events, posted, refused, ledger transactions): {report}"
+    );
+    report
+}
+
 /// One discrepancy as a test that stages it expects it: kind, account, sequence,
 /// event id.
 pub type Finding = (DiscrepancyKind, String, Option<u64>, Option<String>);
