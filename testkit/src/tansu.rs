@@ -13,7 +13,11 @@
 //! a SIGKILL loses nothing the broker acknowledged, and a restart on the same port and
 //! file comes back with its topics, records and committed offsets. Clients talk to it
 //! directly, so a kill is what a client of a real broker sees: every connection drops
-//! and the port refuses until the process is back.
+//! and the port refuses until the process is back. Tansu 0.6's schema has no index on
+//! its `header` table, and a fetch reads each record's headers with a scan of that
+//! table: past a few thousand messages every fetch takes longer than the consumer's
+//! request timeout and the consumer stops making progress. The helper adds the index
+//! (what is stored and acknowledged is unchanged; only the lookup is faster).
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -257,8 +261,32 @@ impl DurableBroker {
                 tail.join("\n")
             ));
         }
-        Ok(())
+        index_headers(&self.storage_file()).await
     }
+}
+
+/// The index Tansu 0.6's SQLite schema lacks: the headers of one record, by the
+/// record's key (the columns `header_fetch.sql` joins on). Tansu applies its DDL
+/// before it listens; a table not there yet is waited for (bounded).
+async fn index_headers(file: &Path) -> Result<(), String> {
+    const INDEX: &str =
+        "CREATE INDEX IF NOT EXISTS outbox_header_by_record ON header (topition, offset_id)";
+    let mut last = String::new();
+    for _ in 0..50 {
+        let created = rusqlite::Connection::open(file).and_then(|conn| {
+            conn.busy_timeout(Duration::from_secs(10))?;
+            conn.execute_batch(INDEX)
+        });
+        match created {
+            Ok(()) => return Ok(()),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!(
+        "could not index the headers in {}: {last}",
+        file.display()
+    ))
 }
 
 impl Drop for DurableBroker {
