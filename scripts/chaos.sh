@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The crash-and-fault campaign (issue 15): the real `outbox relay` binary against the
-# dev ledger on loopback, on SQLite and PostgreSQL, each scenario ended by the auditor.
+# dev ledger on loopback, on SQLite and PostgreSQL, each scenario ended by the auditor;
+# on Hop 2 the real `outbox fanout` and `outbox consume` over HTTP, RabbitMQ (its app
+# stopped) and Kafka (a Tansu of the test's own on SQLite storage, SIGKILLed).
 #
 #   scripts/chaos.sh [short|long]      short (default) is what `cargo test` runs
 #
@@ -18,11 +20,18 @@ case "$profile" in
     *) echo "usage: scripts/chaos.sh [short|long] (not '$profile')" >&2; exit 2 ;;
 esac
 export OUTBOX_CHAOS_PROFILE="$profile"
-# The campaign is a claim about both stores: a missing PostgreSQL is a failure here.
+# The campaign is a claim about both stores and every broker: a missing PostgreSQL,
+# RabbitMQ or Tansu binary is a failure here.
 export OUTBOX_TEST_REQUIRE=1
 
 echo "==> PostgreSQL on 127.0.0.1:5432 with logical decoding (for the CDC relay)"
 bash scripts/postgres-setup.sh
+
+echo "==> Tansu 0.6.0 with SQLite storage, for the Kafka broker kill (installed once into the cache)"
+# The scenario starts and SIGKILLs a broker of its own on a free port; the shared
+# 127.0.0.1:9092 broker is not needed or touched.
+export OUTBOX_TANSU_ROOT="${OUTBOX_TANSU_ROOT:-/var/cache/ledger-outbox/tansu}"
+bash scripts/tansu.sh install
 
 echo "==> the outbox binary (debug, every feature) and the campaign"
 cargo build -p outbox-bins --features all

@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
 # Tansu, the Kafka-protocol broker the Kafka transport tests run against.
 #
-#   scripts/tansu.sh install        build tansu 0.6.0 into $OUTBOX_TANSU_ROOT (once)
-#   scripts/tansu.sh start [port]   start a broker on 127.0.0.1:PORT (memory storage)
-#   scripts/tansu.sh stop [port]    stop the broker this script started on PORT
+#   scripts/tansu.sh install                  build tansu 0.6.0 into $OUTBOX_TANSU_ROOT (once)
+#   scripts/tansu.sh start [port [storage]]   start a broker on 127.0.0.1:PORT
+#   scripts/tansu.sh stop [port]              stop the broker this script started on PORT
+#   scripts/tansu.sh kill [port]              SIGKILL it instead (a crash; storage kept)
 #
-# Loopback only. `stop` kills only the PID recorded by `start`, never by name.
+# storage defaults to memory://tansu/ (gone with the process). sqlite://DIR/FILE keeps
+# the log in a SQLite file that survives a kill; Tansu resolves it against the current
+# directory (sqlite://./tansu.db is ./tansu.db). `start` again with the same port and
+# storage after a `kill` is a broker restart. Loopback only. `stop` and `kill` signal
+# only the PID recorded by `start`, never by name.
 set -euo pipefail
 
 OUTBOX_TANSU_ROOT="${OUTBOX_TANSU_ROOT:-/var/cache/ledger-outbox/tansu}"
 TANSU="$OUTBOX_TANSU_ROOT/bin/tansu"
 TANSU_VERSION="0.6.0"
+# dynostore: the memory engine the suite's shared broker uses; libsql: the SQLite engine
+# (`--storage-engine sqlite://PATH`) that survives a SIGKILL, for the broker-kill scenario.
+TANSU_FEATURES="dynostore,libsql"
+STAMP="$OUTBOX_TANSU_ROOT/bin/tansu.stamp"
 DEFAULT_PORT=9092
 START_TIMEOUT_SECS=30
 
 die() { printf 'tansu.sh: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -30,16 +39,25 @@ port_arg() {
 pid_file() { printf '%s/run/tansu-%s.pid' "$OUTBOX_TANSU_ROOT" "$1"; }
 log_file() { printf '%s/run/tansu-%s.log' "$OUTBOX_TANSU_ROOT" "$1"; }
 
+# What an install is: the version and the cargo features built. Recorded next to the
+# binary so an install from before the features changed (memory-only, no libsql) is noticed
+# and rebuilt instead of failing later on `--storage-engine sqlite://...`.
+install_stamp() { printf 'tansu %s features=%s\n' "$TANSU_VERSION" "$TANSU_FEATURES"; }
+
 cmd_install() {
-    if [[ -x "$TANSU" ]]; then
-        echo "tansu already installed at $TANSU"
+    if [[ -x "$TANSU" && -f "$STAMP" && "$(cat "$STAMP")" == "$(install_stamp)" ]]; then
+        echo "tansu already installed at $TANSU ($(install_stamp))"
         return 0
+    fi
+    if [[ -x "$TANSU" ]]; then
+        echo "tansu at $TANSU was built as '$(cat "$STAMP" 2>/dev/null || echo 'unknown (no stamp)')'; rebuilding as '$(install_stamp)'"
     fi
     command -v cargo >/dev/null || die "cargo is needed to install tansu"
     mkdir -p "$OUTBOX_TANSU_ROOT"
-    cargo install tansu --version "$TANSU_VERSION" --locked --features dynostore --debug \
-        --root "$OUTBOX_TANSU_ROOT"
+    cargo install tansu --version "$TANSU_VERSION" --locked --features "$TANSU_FEATURES" \
+        --debug --force --root "$OUTBOX_TANSU_ROOT"
     [[ -x "$TANSU" ]] || die "cargo install finished but $TANSU is missing"
+    install_stamp >"$STAMP"
 }
 
 answers() {
@@ -47,8 +65,9 @@ answers() {
 }
 
 cmd_start() {
-    local port pidf logf pid
+    local port storage pidf logf pid
     port="$(port_arg "${1:-}")"
+    storage="${2:-memory://tansu/}"
     [[ -x "$TANSU" ]] || die "no tansu at $TANSU (run: $0 install)"
     pidf="$(pid_file "$port")"
     logf="$(log_file "$port")"
@@ -66,8 +85,8 @@ cmd_start() {
     nohup "$TANSU" broker \
         --listener-url "$url" \
         --advertised-listener-url "$url" \
-        --storage-engine memory://tansu/ \
-        >"$logf" 2>&1 </dev/null &
+        --storage-engine "$storage" \
+        >>"$logf" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$pidf"
     local deadline=$((SECONDS + START_TIMEOUT_SECS))
@@ -85,19 +104,27 @@ cmd_start() {
         fi
         sleep 0.5
     done
-    echo "tansu running on 127.0.0.1:$port (pid $pid, log $logf)"
+    echo "tansu running on 127.0.0.1:$port (pid $pid, storage $storage, log $logf)"
+}
+
+# The PID `start` recorded for PORT, or nothing when there is none.
+started_pid() {
+    local pidf="$1" pid
+    [[ -f "$pidf" ]] || return 0
+    pid="$(cat "$pidf")"
+    [[ "$pid" =~ ^[0-9]+$ ]] || die "corrupt pid file $pidf"
+    printf '%s' "$pid"
 }
 
 cmd_stop() {
     local port pidf pid
     port="$(port_arg "${1:-}")"
     pidf="$(pid_file "$port")"
-    if [[ ! -f "$pidf" ]]; then
+    pid="$(started_pid "$pidf")"
+    if [[ -z "$pid" ]]; then
         echo "no tansu started by this script on port $port"
         return 0
     fi
-    pid="$(cat "$pidf")"
-    [[ "$pid" =~ ^[0-9]+$ ]] || die "corrupt pid file $pidf"
     if kill -0 "$pid" 2>/dev/null; then
         kill "$pid"
         for _ in $(seq 1 50); do
@@ -114,9 +141,35 @@ cmd_stop() {
     rm -f "$pidf"
 }
 
+# SIGKILL: the broker gets no chance to flush or close; what it acknowledged is only
+# still there if its storage is durable (sqlite://).
+cmd_kill() {
+    local port pidf pid
+    port="$(port_arg "${1:-}")"
+    pidf="$(pid_file "$port")"
+    pid="$(started_pid "$pidf")"
+    if [[ -z "$pid" ]]; then
+        echo "no tansu started by this script on port $port"
+        return 0
+    fi
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -9 "$pid"
+        for _ in $(seq 1 50); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -0 "$pid" 2>/dev/null && die "tansu (pid $pid) survived SIGKILL"
+        echo "killed tansu on port $port (pid $pid, SIGKILL)"
+    else
+        echo "tansu on port $port (pid $pid) was not running"
+    fi
+    rm -f "$pidf"
+}
+
 case "${1:-}" in
     install) shift; cmd_install "$@" ;;
     start) shift; cmd_start "$@" ;;
     stop) shift; cmd_stop "$@" ;;
+    kill) shift; cmd_kill "$@" ;;
     *) usage ;;
 esac

@@ -1,7 +1,9 @@
 //! Campaign scenarios on Hop 2 (issue 15): the fan-out and the consumer SIGKILLed at
-//! random points while messages flow over HTTP, and RabbitMQ stopped mid-stream
-//! (`rabbitmqctl stop_app`, 3 s short / 30 s long) under a fan-out and a consumer on
-//! AMQP.
+//! random points while messages flow over HTTP; and two broker outages at a random
+//! point mid-stream (3 s short / 30 s long) under a fan-out and a consumer that keep
+//! running: RabbitMQ stopped (`rabbitmqctl stop_app`) with both on AMQP, and a Kafka
+//! broker (Tansu on SQLite storage, on a port of its own) SIGKILLed and started again
+//! on the same file with both on Kafka.
 //!
 //! Real processes on loopback: the dev ledger signs webhooks to `outbox fanout`, which
 //! publishes over HTTP to `outbox consume` and its SQLite treasury; the fan-out also
@@ -10,7 +12,8 @@
 //! consumer is killed with SIGKILL at random moments and started again. At the end
 //! the auditor, from the outbox alone: every event posted or refused once and in
 //! order, the consumer applied each exactly once at its sequence, holds nothing, and
-//! its balances are the ledger's.
+//! its balances are the ledger's. A fan-out or consumer that exits by itself (instead
+//! of waiting for the broker) fails the run.
 //!
 //! `OUTBOX_CHAOS_PROFILE=long` (scripts/chaos.sh long) runs the long sizes;
 //! `OUTBOX_TEST_SEED` replays a run (the seed is printed).
@@ -26,6 +29,7 @@ use outbox_ledger_dev::{DevLedger, DevLedgerConfig, WebhookBackoff, WebhookTarge
 use outbox_store_sqlite::{SqliteConfig, SqliteStore};
 use outbox_testkit::auditor::{ConsumerView, audit};
 use outbox_testkit::ports::free_port;
+use outbox_testkit::tansu::DurableBroker;
 use outbox_transport_http::WEBHOOK_PATH;
 
 const PUBLISH_SECRET: &str = "chaos-hop2-secret";
@@ -36,7 +40,7 @@ struct Profile {
     batches: usize,
     batch: usize,
     kills: usize,
-    /// How long the broker is stopped in the outage scenario.
+    /// How long the broker is down in the outage scenarios.
     outage: Duration,
 }
 
@@ -131,12 +135,54 @@ impl Parts {
 }
 
 /// What a run does to Hop 2 while batches flow.
-#[derive(Clone, Copy, PartialEq, Eq)]
 enum Disruption {
     /// SIGKILL the fan-out or the consumer at random points (HTTP transport).
     Kills,
-    /// Stop RabbitMQ's app for a while, once, mid-stream (AMQP transport).
-    BrokerOutage,
+    /// Take the broker down for a while, once, at a random point mid-stream.
+    BrokerOutage(Broker),
+}
+
+/// The broker of an outage scenario.
+enum Broker {
+    /// The shared RabbitMQ: its app stopped, then started again (AMQP transport).
+    RabbitMq,
+    /// A Tansu of the run's own on SQLite storage: SIGKILLed, then started again on
+    /// the same port and file (Kafka transport).
+    Tansu(DurableBroker),
+}
+
+impl Broker {
+    /// Takes the broker down, keeps it down for `down`, and brings it back.
+    async fn outage(&mut self, down: Duration) {
+        match self {
+            Self::RabbitMq => {
+                let stopped = StoppedBroker::stop();
+                tokio::time::sleep(down).await;
+                drop(stopped);
+            }
+            Self::Tansu(broker) => {
+                let starts = broker.starts;
+                broker.kill();
+                assert!(
+                    std::net::TcpStream::connect(broker.brokers()).is_err(),
+                    "the killed Tansu still answers on {}",
+                    broker.brokers()
+                );
+                tokio::time::sleep(down).await;
+                broker.restart().await;
+                assert_eq!(broker.starts, starts + 1);
+            }
+        }
+    }
+}
+
+/// A missing service: a skip, or a failure with `OUTBOX_TEST_REQUIRE=1`.
+fn skip(why: &str) {
+    assert!(
+        std::env::var_os("OUTBOX_TEST_REQUIRE").is_none(),
+        "OUTBOX_TEST_REQUIRE=1 and {why}"
+    );
+    eprintln!("SKIPPED: {why}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -154,20 +200,39 @@ async fn fanout_and_consumer_sigkilled_at_random_points_lose_and_double_nothing(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rabbitmq_outage_mid_stream_loses_and_doubles_nothing() {
     if !rabbitmq_reachable() {
-        assert!(
-            std::env::var_os("OUTBOX_TEST_REQUIRE").is_none(),
-            "OUTBOX_TEST_REQUIRE=1 and no RabbitMQ at 127.0.0.1:5672"
-        );
-        eprintln!("SKIPPED: no RabbitMQ at 127.0.0.1:5672");
+        skip("no RabbitMQ at 127.0.0.1:5672");
         return;
     }
     let exchange = format!("chaos-hop2-{:x}", fastrand::u64(..));
     let url = format!("amqp://guest:guest@127.0.0.1:5672/%2f?exchange={exchange}&queues=4");
     run(
         "hop2-rabbitmq-outage",
-        Disruption::BrokerOutage,
+        Disruption::BrokerOutage(Broker::RabbitMq),
         url.clone(),
         url,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kafka_broker_sigkilled_mid_stream_loses_and_doubles_nothing() {
+    // The broker's log outlives its process: a SIGKILL tests our recovery, not
+    // whether an in-memory broker forgets (`outbox_testkit::tansu`).
+    let storage = tempfile::tempdir().unwrap();
+    let broker = match DurableBroker::start(storage.path()).await {
+        Ok(broker) => broker,
+        Err(why) => {
+            skip(&why);
+            return;
+        }
+    };
+    let topic = format!("chaos-hop2-{:x}", fastrand::u64(..));
+    let brokers = broker.brokers();
+    run(
+        "hop2-kafka-kill",
+        Disruption::BrokerOutage(Broker::Tansu(broker)),
+        format!("kafka://{brokers}/{topic}?partitions=4"),
+        format!("kafka://{brokers}/{topic}"),
     )
     .await;
 }
@@ -204,7 +269,7 @@ fn rabbitmqctl(args: &[&str]) {
     assert!(status.success(), "rabbitmqctl {args:?}: {status}");
 }
 
-async fn run(scenario: &str, disruption: Disruption, to: String, from: String) {
+async fn run(scenario: &str, mut disruption: Disruption, to: String, from: String) {
     let sizes = profile();
     let (seed, mut rng) = seeded(scenario);
 
@@ -234,14 +299,17 @@ async fn run(scenario: &str, disruption: Disruption, to: String, from: String) {
     let mut fanout = Some(parts.fanout().await);
     let mut consumer = Some(parts.consumer().await);
 
-    // Kill points, spread over the batches; an outage in one batch in the middle.
-    let kills = if disruption == Disruption::Kills {
-        sizes.kills
-    } else {
-        0
+    // Kill points, spread over the batches; an outage in one batch of the middle half.
+    let kills = match disruption {
+        Disruption::Kills => sizes.kills,
+        Disruption::BrokerOutage(_) => 0,
     };
     let mut kill_after: Vec<usize> = (0..kills).map(|_| rng.usize(0..sizes.batches)).collect();
-    let outage_at = (disruption == Disruption::BrokerOutage).then_some(sizes.batches / 2);
+    let outage_at = match disruption {
+        Disruption::Kills => None,
+        Disruption::BrokerOutage(_) => Some(rng.usize(sizes.batches / 4..=sizes.batches * 3 / 4)),
+    };
+    // How long the broker was down, and how many events were applied and enqueued then.
     let mut outage = None;
     kill_after.sort_unstable();
     let (mut kills_fanout, mut kills_consumer) = (0, 0);
@@ -278,20 +346,54 @@ async fn run(scenario: &str, disruption: Disruption, to: String, from: String) {
                 consumer = Some(parts.consumer().await);
             }
         }
-        if outage_at == Some(batch) {
+        if let (Some(at), Disruption::BrokerOutage(broker)) = (outage_at, &mut disruption)
+            && at == batch
+        {
+            // Mid-stream: the consumer is taking messages (it has joined, a Kafka group
+            // takes a few seconds), and this batch is on its way through the fan-out.
+            eventually(
+                Duration::from_secs(60),
+                "the consumer to take messages",
+                || parts.applied() > 0,
+            )
+            .await;
             tokio::time::sleep(Duration::from_millis(rng.u64(0..200))).await;
-            let stopped = StoppedBroker::stop();
-            tokio::time::sleep(sizes.outage).await;
-            drop(stopped);
-            outage = Some(sizes.outage);
+            let applied = parts.applied();
+            eprintln!(
+                "chaos {scenario}: broker down for {:?} at batch {batch} ({applied} of {enqueued} applied)",
+                sizes.outage
+            );
+            broker.outage(sizes.outage).await;
+            eprintln!(
+                "chaos {scenario}: broker back ({} applied)",
+                parts.applied()
+            );
+            outage = Some((sizes.outage, applied, enqueued));
         }
         relay.await.unwrap();
     }
 
     let limit = Duration::from_secs(if sizes.kills > 10 { 600 } else { 120 });
     let started = Instant::now();
+    let (fanout_running, consumer_running) = (fanout.as_mut().unwrap(), consumer.as_mut().unwrap());
+    let mut shown = Instant::now();
     eventually(limit, "the consumer to apply every event", || {
-        parts.applied() == enqueued as i64
+        // Nobody restarts them from here on: an exit is a process that gave up.
+        for process in [&mut *fanout_running, &mut *consumer_running] {
+            if let Some(status) = process.exited() {
+                panic!(
+                    "{} exited ({status}) before the consumer applied every event",
+                    process.name()
+                );
+            }
+        }
+        let applied = parts.applied();
+        if shown.elapsed() >= Duration::from_secs(10) {
+            // Progress, so a run that times out shows where it stalled.
+            eprintln!("chaos {scenario}: {applied} of {enqueued} applied");
+            shown = Instant::now();
+        }
+        applied == enqueued as i64
     })
     .await;
     let settled = started.elapsed();
@@ -311,7 +413,7 @@ async fn run(scenario: &str, disruption: Disruption, to: String, from: String) {
     println!(
         "CHAOS {scenario}: seed={seed} events={} accounts={} posted={} refused={} applied={} \
          crash_points={} (fan-out {kills_fanout}, consumer {kills_consumer}) discrepancies={} \
-         broker_outage={:?} settled_after_last_batch={:.1}s",
+         broker_outage={} settled_after_last_batch={:.1}s",
         report.events,
         sizes.merchants,
         report.posted,
@@ -319,15 +421,23 @@ async fn run(scenario: &str, disruption: Disruption, to: String, from: String) {
         report.applied,
         kills_fanout + kills_consumer,
         report.discrepancies.len(),
-        outage,
+        outage.map_or("none".to_owned(), |(down, applied, enqueued)| format!(
+            "{down:?} (down when {applied} of {enqueued} enqueued were applied)"
+        )),
         settled.as_secs_f64()
     );
     report.assert_clean();
     assert_eq!((report.events, report.applied), (enqueued, enqueued));
     assert!(report.refused > 0, "no refusal was exercised: {report}");
     assert_eq!(kills_fanout + kills_consumer, kills);
-    assert_eq!(outage.is_some(), disruption == Disruption::BrokerOutage);
-    fanout.take().unwrap().terminate().await;
+    assert_eq!(outage.is_some(), outage_at.is_some());
+    // The last fan-out process's own count of publishes and loop-level retries (a
+    // broker outage shorter than librdkafka's message timeout costs it none).
+    for line in fanout.take().unwrap().terminate().await {
+        if line.starts_with("fanout ") && line.contains("published") {
+            println!("chaos {scenario}: last fan-out process: {line}");
+        }
+    }
     consumer.take().unwrap().terminate().await;
     ledger.shutdown().await;
 }

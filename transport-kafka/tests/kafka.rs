@@ -1,6 +1,6 @@
 //! The Kafka transport against a real Kafka-protocol broker (Tansu): round trip,
-//! per-account order, commit-after-accept, poison messages, a broker restart, and the
-//! error class of each injected fault.
+//! per-account order, commit-after-accept, poison messages, a broker restart, a
+//! SIGKILL of a broker on durable storage, and the error class of each injected fault.
 
 mod common;
 
@@ -488,6 +488,105 @@ async fn broker_restart_reports_unconfirmed_messages_and_recovers() {
     let mut dedup = after.clone();
     dedup.dedup();
     assert_eq!(dedup, vec![4, 5, 6], "order after restart: {after:?}");
+}
+
+/// What the broker-kill campaign scenario (`tests/tests/chaos_hop2.rs`) stands on:
+/// Tansu on SQLite storage keeps every record it acknowledged, and the offsets a group
+/// committed, through a SIGKILL and a restart on the same file. (With memory storage
+/// this fails: the restarted broker has no topic.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_broker_keeps_acknowledged_records_and_offsets_through_a_sigkill() {
+    const ACKED: u64 = 400;
+    const LATER: u64 = 40;
+    const ACCOUNTS: u64 = 8;
+    logs();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(mut broker) = durable_broker(dir.path()).await else {
+        return;
+    };
+    let brokers = broker.brokers();
+    let topic = fresh_topic(&brokers, "durable", 4).await;
+    let group = unique("durable-group");
+    let batch = |from: u64, count: u64| -> Vec<FanoutMessage> {
+        (from..from + count)
+            .map(|i| message(&format!("merchants:{}", i % ACCOUNTS), i / ACCOUNTS + 1))
+            .collect()
+    };
+    let ids = |messages: &[FanoutMessage]| -> BTreeSet<String> {
+        messages.iter().map(|m| m.instruction_id.clone()).collect()
+    };
+
+    // Every record acknowledged (acks=all) and read once by the group, which commits.
+    let acked = batch(0, ACKED);
+    let producer = publisher(&brokers, &topic);
+    assert_all_ok(&producer.publish(&acked).await);
+    drop_off_runtime(producer).await;
+    let sink = RecordingSink::accepting();
+    let running = spawn_subscriber(subscriber_config(&brokers, &topic, &group), sink.clone());
+    let all_read = wait_until(SETTLE, || sink.accepted().len() >= acked.len()).await;
+    running.stop().await.expect("clean stop");
+    assert!(
+        all_read,
+        "read {} of {ACKED} before the kill",
+        sink.accepted().len()
+    );
+
+    broker.kill();
+    assert!(
+        !reachable(&brokers),
+        "the killed broker still answers on {brokers}"
+    );
+    broker.restart().await;
+    assert_eq!(broker.starts, 2);
+
+    // After the restart: a new group reads every acknowledged record, in order per
+    // account; the old group reads only what was produced after the restart.
+    let later = batch(ACKED, LATER);
+    let producer = publisher(&brokers, &topic);
+    assert_all_ok(&producer.publish(&later).await);
+    drop_off_runtime(producer).await;
+
+    let fresh = RecordingSink::accepting();
+    let fresh_group = unique("durable-fresh-group");
+    let running = spawn_subscriber(
+        subscriber_config(&brokers, &topic, &fresh_group),
+        fresh.clone(),
+    );
+    let everything = (ACKED + LATER) as usize;
+    wait_until(SETTLE, || fresh.accepted().len() >= everything).await;
+    running.stop().await.expect("clean stop");
+    let read: Vec<FanoutMessage> = fresh.accepted().into_iter().map(|(_, m)| m).collect();
+    let mut expected = ids(&acked);
+    expected.extend(ids(&later));
+    let arrived = ids(&read);
+    let missing: Vec<_> = expected.difference(&arrived).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} records gone after the SIGKILL: {missing:?}",
+        missing.len(),
+        expected.len()
+    );
+    assert_eq!(read.len(), everything, "a record came twice");
+    for (account, sequences) in by_account(&fresh.accepted()) {
+        assert!(
+            sequences.windows(2).all(|w| w[0] < w[1]),
+            "{account} out of order after the restart: {sequences:?}"
+        );
+    }
+
+    let resumed = RecordingSink::accepting();
+    let running = spawn_subscriber(subscriber_config(&brokers, &topic, &group), resumed.clone());
+    wait_until(SETTLE, || resumed.accepted().len() >= later.len()).await;
+    // Anything the group re-read from before its committed offsets would show up here.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    running.stop().await.expect("clean stop");
+    let resumed: Vec<FanoutMessage> = resumed.accepted().into_iter().map(|(_, m)| m).collect();
+    assert_eq!(
+        ids(&resumed),
+        ids(&later),
+        "the group did not resume at its committed offsets"
+    );
+    assert_eq!(resumed.len(), later.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -85,6 +85,15 @@ impl Process {
         self.lines()
     }
 
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The exit status if the child has exited (without waiting), else `None`.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("poll the child")
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id().expect("running")
     }

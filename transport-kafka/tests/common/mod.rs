@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use outbox_core::{Account, Error, ErrorKind, FanoutMessage, MessageKind, MessageSink, Result};
 pub use outbox_testkit::ports::free_port;
-pub use outbox_testkit::tansu::OwnBroker;
+pub use outbox_testkit::tansu::{DurableBroker, OwnBroker};
 use outbox_transport_kafka::{SubscriberConfig, create_topic};
 
 pub const STEP: Duration = Duration::from_millis(50);
@@ -178,7 +178,16 @@ pub fn place(delivery_id: &str) -> (String, i32, i64) {
 /// `None` after printing why the test is skipped. With `OUTBOX_TEST_REQUIRE=1` a
 /// missing Tansu binary fails the test instead.
 pub async fn own_broker() -> Option<OwnBroker> {
-    match OwnBroker::start().await {
+    or_skip(OwnBroker::start().await)
+}
+
+/// Like [`own_broker`], with its log in a SQLite file in `dir` (it survives a SIGKILL).
+pub async fn durable_broker(dir: &std::path::Path) -> Option<DurableBroker> {
+    or_skip(DurableBroker::start(dir).await)
+}
+
+fn or_skip<T>(started: std::result::Result<T, String>) -> Option<T> {
+    match started {
         Ok(broker) => Some(broker),
         Err(why) if std::env::var("OUTBOX_TEST_REQUIRE").as_deref() == Ok("1") => {
             panic!("{why} and OUTBOX_TEST_REQUIRE=1")
