@@ -315,10 +315,12 @@ impl Engine {
 
     /// `POST /v2/{ledger}/_bulk`: elements in order, each with its own key.
     ///
-    /// Without `atomic`, each element commits on its own. With it, elements run on
-    /// a copy of the state and everything commits at the end, or nothing if any
-    /// element failed — the response still lists what each element did before the
-    /// rollback, as the real ledger's does.
+    /// Without `atomic`, each element commits on its own. With it, everything
+    /// commits at the end, or nothing if any element failed — the response still
+    /// lists what each element did before the rollback, as the real ledger's does.
+    /// An atomic bulk of creates (the relay's ordered runs) applies to the live
+    /// state and is undone on failure (`undo`); one with reverts or metadata writes
+    /// runs on a copy of the state.
     pub(crate) fn bulk(
         &self,
         ledger: &str,
@@ -334,7 +336,11 @@ impl Engine {
         let mut failed = false;
 
         let honour = self.faults.idempotency();
-        let mut scratch = options.atomic.then(|| slot.state.clone());
+        let creates_only = elements
+            .iter()
+            .all(|e| matches!(&e.op, Ok(BulkOp::Create(_)) | Err(_)));
+        let mut checkpoint = (options.atomic && creates_only).then(|| slot.state.checkpoint());
+        let mut scratch = (options.atomic && !creates_only).then(|| slot.state.clone());
         let mut staged: Vec<(Plan, DateTime<Utc>)> = Vec::new();
         let mut published: Vec<Plan> = Vec::new();
         let mut all_deliveries = Vec::new();
@@ -381,14 +387,20 @@ impl Engine {
                 log_id: plan.log_id(),
                 data: plan.data().clone(),
             });
-            match scratch.as_mut() {
-                Some(scratch) => {
+            match (scratch.as_mut(), checkpoint.as_mut()) {
+                (Some(scratch), _) => {
                     if let Some(log) = plan.new_log() {
                         scratch.apply(log);
                     }
                     staged.push((plan, now));
                 }
-                None => {
+                (None, Some(checkpoint)) => {
+                    if let Some(log) = plan.new_log() {
+                        slot.state.apply_undoable(log, checkpoint);
+                    }
+                    staged.push((plan, now));
+                }
+                (None, None) => {
                     let deliveries = self.deliveries(ledger, &plan, now);
                     if let Err(e) = self.commit(journal, ledger, &[&plan], &deliveries) {
                         failed = true;
@@ -405,18 +417,25 @@ impl Engine {
             }
         }
 
-        if let Some(scratch) = scratch
-            && !failed
-        {
+        if options.atomic && !failed {
             let plans: Vec<&Plan> = staged.iter().map(|(p, _)| p).collect();
             let deliveries: Vec<StoredDelivery> = staged
                 .iter()
                 .flat_map(|(plan, at)| self.deliveries(ledger, plan, *at))
                 .collect();
-            self.commit(journal, ledger, &plans, &deliveries)?;
-            slot.state = scratch;
+            if let Err(e) = self.commit(journal, ledger, &plans, &deliveries) {
+                if let Some(checkpoint) = checkpoint {
+                    slot.state.undo(checkpoint);
+                }
+                return Err(e);
+            }
+            if let Some(scratch) = scratch {
+                slot.state = scratch;
+            }
             all_deliveries.extend(deliveries);
             published.extend(staged.into_iter().map(|(p, _)| p));
+        } else if let Some(checkpoint) = checkpoint {
+            slot.state.undo(checkpoint);
         }
         drop(inner);
         let refs: Vec<&Plan> = published.iter().collect();

@@ -29,6 +29,7 @@ mod reads;
 mod routes;
 mod server;
 mod state;
+mod undo;
 mod webhooks;
 
 pub use cli::{DevLedgerArgs, run_cli};

@@ -176,6 +176,78 @@ async fn atomic_failure_rolls_everything_back() {
     h.err(&parallel, 412, "VALIDATION");
 }
 
+/// Everything a client can read of the ledger: transactions, logs, accounts with
+/// their volumes and metadata.
+async fn everything(h: &crate::support::Harness) -> Vec<Value> {
+    let mut reads = Vec::new();
+    for path in [
+        "transactions?pageSize=100",
+        "logs?pageSize=100",
+        "accounts?pageSize=100&expand=volumes,effectiveVolumes",
+    ] {
+        let answer = h.get(path).await;
+        assert_eq!(answer.status, 200, "{path}: {:?}", answer.body);
+        reads.push(answer.body["cursor"]["data"].clone());
+    }
+    reads
+}
+
+#[tokio::test]
+async fn a_failed_atomic_bulk_leaves_a_busy_ledger_exactly_as_it_was() {
+    let Some(c) = contracts() else { return };
+    let h = Harness::start(c).await;
+    h.create(&postings("world", "x", 10, "USD"), Some("before-1"))
+        .await;
+    h.create(
+        &with(postings("x", "y", 3, "USD"), "reference", json!("ref-1")),
+        Some("before-2"),
+    )
+    .await;
+    let before = everything(&h).await;
+    // Touches existing accounts (world, x, y), creates two (z, fresh) and a new
+    // asset on world, stores a reference and keys, then fails on the last element.
+    let elements = json!([
+        create("a", postings("world", "x", 5, "USD")),
+        create(
+            "b",
+            with(postings("x", "z", 5, "USD"), "reference", json!("ref-2"))
+        ),
+        create("c", postings("world", "fresh", 1, "EUR")),
+        create(
+            "d",
+            with(postings("x", "y", 1, "USD"), "metadata", json!({"k": "v"}))
+        ),
+        create("e", postings("x", "y", 1_000, "USD")),
+    ]);
+    let answer = h.post("_bulk?atomic=true", &elements, None).await;
+    let body = h.ok(&answer, 400, "V2BulkResponse");
+    assert_eq!(body["data"][4]["errorCode"], "INSUFFICIENT_FUND", "{body}");
+    assert_eq!(
+        everything(&h).await,
+        before,
+        "the rolled-back bulk left a trace"
+    );
+    assert_eq!(h.ledger.stats().transactions, 2);
+    // Its keys and reference were not kept: each is new again.
+    assert!(
+        !h.post("transactions", &postings("world", "x", 5, "USD"), Some("a"))
+            .await
+            .hit()
+    );
+    h.create(
+        &with(
+            postings("world", "q", 1, "USD"),
+            "reference",
+            json!("ref-2"),
+        ),
+        None,
+    )
+    .await;
+    // And the ledger goes on from where it was: balances add up.
+    assert_eq!(h.balances("x").await["USD"], 10 - 3 + 5);
+    assert_eq!(h.balances("y").await["USD"], 3);
+}
+
 #[tokio::test]
 async fn size_limit_and_malformed_requests() {
     let Some(c) = contracts() else { return };
