@@ -8,11 +8,14 @@
 //! 1,000 merchants, each alternates a settlement (one posting, `world` to its
 //! available balance) and a payout (two postings: to its pending payouts and a fee).
 //!
-//! At each checkpoint N (0 first) it prints the process's VmRSS and VmHWM and the
-//! resident bytes per transaction, `(VmRSS(N) - VmRSS(0)) / N`, and copies the data
-//! file as it is then (`VACUUM INTO`). Then a fresh process starts on each copy, so
-//! it rebuilds its state by replaying the file: the same figures once it answers,
-//! the time the replay took and the file's size per transaction.
+//! At each checkpoint N (0 first) it prints the process's VmRSS and VmHWM, the
+//! resident bytes per transaction `(VmRSS(N) - VmRSS(0)) / N`, and the marginal
+//! bytes per transaction since the previous checkpoint (what one more transaction
+//! costs, without the one-time growth of the first requests: code paged in, the
+//! allocator's arenas, SQLite's page cache), and copies the data file as it is
+//! then (`VACUUM INTO`). Then a fresh process starts on each copy, so it rebuilds
+//! its state by replaying the file: the same figures once it answers, the time the
+//! replay took and the file's size per transaction.
 //!
 //! Run: `cargo bench -p outbox-bins --bench dev_ledger_memory` (`-- --at
 //! 20000,50000,100000` for other checkpoints).
@@ -22,8 +25,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use outbox_core::{
-    Account, Amount, Asset, BulkItem, EventId, Ledger, LedgerCommand, Metadata, Payload,
-    PostBody, PostCommand, PostOutcome, Posting,
+    Account, Amount, Asset, BulkItem, EventId, Ledger, LedgerCommand, Metadata, Payload, PostBody,
+    PostCommand, PostOutcome, Posting,
 };
 use outbox_ledger_formance::{FormanceConfig, FormanceLedger};
 use outbox_testkit::bench_args::Args;
@@ -50,7 +53,14 @@ impl DevLedgerProcess {
         let listen = format!("127.0.0.1:{}", free_port());
         let started = Instant::now();
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_outbox"))
-            .args(["dev-ledger", "--listen", &listen, "--ledger", LEDGER, "--data"])
+            .args([
+                "dev-ledger",
+                "--listen",
+                &listen,
+                "--ledger",
+                LEDGER,
+                "--data",
+            ])
             .arg(data)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -116,8 +126,11 @@ fn relay_event(n: usize) -> (EventId, Vec<u8>) {
     let merchant = n % MERCHANTS;
     let round = n / MERCHANTS;
     let available = format!("merchants:{merchant}:available");
-    let (kind, postings) = if round % 2 == 0 {
-        ("settlement.received", vec![posting("world", &available, 10_000)])
+    let (kind, postings) = if round.is_multiple_of(2) {
+        (
+            "settlement.received",
+            vec![posting("world", &available, 10_000)],
+        )
     } else {
         (
             "payout.requested",
@@ -166,21 +179,44 @@ async fn post_events(ledger: &FormanceLedger, from: usize, to: usize) {
 /// A consistent copy of the live data file, as it is now.
 fn copy_data(live: &Path, copy: &Path) {
     let conn = rusqlite::Connection::open(live).expect("open the live data file");
-    conn.execute("VACUUM INTO ?1", [copy.to_str().expect("a UTF-8 temp path")])
-        .expect("copy the data file");
+    conn.execute(
+        "VACUUM INTO ?1",
+        [copy.to_str().expect("a UTF-8 temp path")],
+    )
+    .expect("copy the data file");
 }
 
 fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-/// Resident bytes per transaction above the empty ledger's.
-fn per_transaction(now: Resident, empty: Resident, n: usize) -> String {
-    if n == 0 {
+/// Resident bytes per transaction between `before` (at `from` transactions) and
+/// `now` (at `to`).
+fn per_transaction(now: Resident, before: Resident, to: usize, from: usize) -> String {
+    if to <= from {
         return "-".to_owned();
     }
-    let grown = now.rss_kib.saturating_sub(empty.rss_kib) as f64 * 1024.0;
-    format!("{:.0}", grown / n as f64)
+    let grown = now.rss_kib.saturating_sub(before.rss_kib) as f64 * 1024.0;
+    format!("{:.0}", grown / (to - from) as f64)
+}
+
+/// The figures at one checkpoint, from the empty ledger's and the previous ones.
+struct Row {
+    n: usize,
+    now: Resident,
+}
+
+impl Row {
+    fn print(&self, empty: &Row, previous: &Row, extra: &str) {
+        println!(
+            "{:>8}  {:>7.1} MiB  {:>7.1} MiB  {:>9}  {:>9}  {extra}",
+            self.n,
+            mib(self.now.rss_kib),
+            mib(self.now.peak_kib),
+            per_transaction(self.now, empty.now, self.n, empty.n),
+            per_transaction(self.now, previous.now, self.n, previous.n),
+        );
+    }
 }
 
 #[tokio::main]
@@ -196,31 +232,35 @@ async fn main() {
         "dev ledger memory: `outbox dev-ledger --data FILE`, relay-shaped transactions (1 or 2 postings, outbox metadata, an idempotency key each) in bulks of {BULK}"
     );
     println!(
-        "{:>8}  {:>11}  {:>11}  {:>9}  {:>10}",
-        "N", "live VmRSS", "live VmHWM", "bytes/tx", "post tx/s"
+        "{:>8}  {:>11}  {:>11}  {:>9}  {:>9}  {:>10}",
+        "N", "live VmRSS", "live VmHWM", "bytes/tx", "marginal", "post tx/s"
     );
     let (process, _) = DevLedgerProcess::start(&live).await;
     let ledger = FormanceLedger::new(&FormanceConfig::new(&process.url, LEDGER)).unwrap();
     let mut copies: Vec<(usize, PathBuf)> = Vec::new();
-    let mut empty = None;
-    let mut posted = 0;
+    let mut rows: Vec<Row> = Vec::new();
     for &n in &checkpoints {
+        let posted = rows.last().map_or(0, |row| row.n);
         let started = Instant::now();
         post_events(&ledger, posted, n).await;
         let rate = if n > posted {
-            format!("{:.0}", (n - posted) as f64 / started.elapsed().as_secs_f64())
+            format!(
+                "{:.0}",
+                (n - posted) as f64 / started.elapsed().as_secs_f64()
+            )
         } else {
             "-".to_owned()
         };
-        posted = n;
-        let now = process.resident();
-        let empty = *empty.get_or_insert(now);
-        println!(
-            "{n:>8}  {:>7.1} MiB  {:>7.1} MiB  {:>9}  {rate:>10}",
-            mib(now.rss_kib),
-            mib(now.peak_kib),
-            per_transaction(now, empty, n)
+        let row = Row {
+            n,
+            now: process.resident(),
+        };
+        row.print(
+            rows.first().unwrap_or(&row),
+            rows.last().unwrap_or(&row),
+            &format!("{rate:>10}"),
         );
+        rows.push(row);
         let copy = dir.path().join(format!("at-{n}.sqlite"));
         copy_data(&live, &copy);
         copies.push((n, copy));
@@ -229,27 +269,28 @@ async fn main() {
 
     println!("restart on the file at N (state rebuilt by replaying it)");
     println!(
-        "{:>8}  {:>11}  {:>11}  {:>9}  {:>9}  {:>12}",
-        "N", "VmRSS", "VmHWM", "bytes/tx", "replay s", "file bytes/tx"
+        "{:>8}  {:>11}  {:>11}  {:>9}  {:>9}  {:>9}  {:>13}",
+        "N", "VmRSS", "VmHWM", "bytes/tx", "marginal", "replay s", "file bytes/tx"
     );
-    let mut empty = None;
+    let mut rows: Vec<Row> = Vec::new();
     for (n, copy) in copies {
         let file_bytes = std::fs::metadata(&copy).map_or(0, |m| m.len());
         let (process, replay) = DevLedgerProcess::start(&copy).await;
-        let now = process.resident();
-        let empty = *empty.get_or_insert(now);
+        let row = Row {
+            n,
+            now: process.resident(),
+        };
         let file = if n == 0 {
             "-".to_owned()
         } else {
             format!("{:.0}", file_bytes as f64 / n as f64)
         };
-        println!(
-            "{n:>8}  {:>7.1} MiB  {:>7.1} MiB  {:>9}  {:>9.1}  {file:>12}",
-            mib(now.rss_kib),
-            mib(now.peak_kib),
-            per_transaction(now, empty, n),
-            replay.as_secs_f64()
+        row.print(
+            rows.first().unwrap_or(&row),
+            rows.last().unwrap_or(&row),
+            &format!("{:>9.1}  {file:>13}", replay.as_secs_f64()),
         );
+        rows.push(row);
         process.stop().await;
     }
 }
