@@ -6,7 +6,8 @@
 //! postings and outbox metadata from its stored payload). That ledger is a small
 //! Formance-shaped listing server in this process that reads the transactions from the
 //! outbox file page by page, so the ledger's own memory stays out of the figures (the
-//! in-memory dev ledger needs tens of GiB for a million transactions). The real
+//! in-memory dev ledger holds about a kilobyte per transaction, as the
+//! `dev_ledger_memory` benchmark measures). The real
 //! `outbox reconcile ledger` process then checks both sides from an empty checkpoint.
 //! Printed per N: the check's time, events per second, its peak RSS (VmHWM), and that
 //! peak's ratio to the smallest N's (the baseline, same run). Flat means the check's

@@ -70,9 +70,9 @@ impl WriteContext<'_> {
     fn replay(&self, hash: &str) -> Result<Option<Plan>, ApiError> {
         Ok(
             idempotency::lookup(self.state, self.idempotency_key, hash, self.compare_hash)?.map(
-                |record| Plan::Replay {
-                    log_id: record.log_id,
-                    data: record.data.clone(),
+                |log| Plan::Replay {
+                    log_id: log.id,
+                    data: log.data.to_model(),
                 },
             ),
         )
@@ -218,11 +218,14 @@ pub(crate) fn revert_transaction(
         .postings
         .iter()
         .rev()
-        .map(|p| Posting {
-            source: p.destination.clone(),
-            destination: p.source.clone(),
-            amount: p.amount,
-            asset: p.asset.clone(),
+        .map(|p| {
+            let p = p.to_model();
+            Posting {
+                source: p.destination,
+                destination: p.source,
+                amount: p.amount,
+                asset: p.asset,
+            }
         })
         .collect();
     let outcome = Program::from_postings(&reversed, cmd.force)
@@ -237,7 +240,7 @@ pub(crate) fn revert_transaction(
     } else {
         ctx.now
     };
-    let mut reverted = original.clone();
+    let mut reverted = original.to_model();
     reverted.reverted = true;
     reverted.reverted_at = Some(ctx.now);
     reverted.updated_at = ctx.now;

@@ -78,13 +78,12 @@ impl Engine {
         bulk_max_size: usize,
         faults: FaultInjector,
     ) -> Result<(Self, Vec<StoredDelivery>)> {
-        let loaded = journal.load()?;
-        let mut ledgers: BTreeMap<String, LedgerState> = loaded
-            .ledgers
+        let mut ledgers: BTreeMap<String, LedgerState> = journal
+            .ledgers()?
             .into_iter()
             .map(|info| (info.name.clone(), LedgerState::new(info)))
             .collect();
-        for (ledger, log) in &loaded.logs {
+        journal.replay(|ledger, log| {
             let state = ledgers.get_mut(ledger).ok_or_else(|| {
                 outbox_core::Error::new(
                     outbox_core::ErrorKind::Storage,
@@ -94,8 +93,10 @@ impl Engine {
                     ),
                 )
             })?;
-            state.apply(log);
-        }
+            state.apply(&log);
+            Ok(())
+        })?;
+        let pending = journal.pending_deliveries()?;
         let ledgers = ledgers
             .into_iter()
             .map(|(name, state)| (name, Slot::new(state)))
@@ -107,7 +108,7 @@ impl Engine {
             bulk_max_size,
             faults,
         };
-        Ok((engine, loaded.pending))
+        Ok((engine, pending))
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

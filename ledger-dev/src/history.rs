@@ -14,8 +14,11 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use outbox_core::Metadata;
 
-use crate::model::{Transaction, Volumes};
+use crate::model::Volumes;
+use crate::names::Names;
 use crate::state::{AccountState, LedgerState, MetadataChange, Move};
+use crate::stored_metadata::StoredMetadata;
+use crate::stored_transaction::StoredTransaction;
 
 /// Which date places a move before or after a point in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,9 +70,9 @@ pub(crate) fn account_metadata_at(account: &AccountState, at: DateTime<Utc>) -> 
 /// the metadata it had then, and not reverted if the revert came later.
 pub(crate) fn transaction_at<'a>(
     state: &LedgerState,
-    tx: &'a Transaction,
+    tx: &'a StoredTransaction,
     at: Option<DateTime<Utc>>,
-) -> Option<Cow<'a, Transaction>> {
+) -> Option<Cow<'a, StoredTransaction>> {
     let Some(at) = at else {
         return Some(Cow::Borrowed(tx));
     };
@@ -83,7 +86,9 @@ pub(crate) fn transaction_at<'a>(
     }
     let mut view = tx.clone();
     if let Some(history) = history {
-        view.metadata = fold(history, at, Metadata::new());
+        // A view for one answer: its names need not be the ledger's shared ones.
+        let metadata = fold(history, at, Metadata::new());
+        view.metadata = StoredMetadata::new(&metadata, &mut Names::default());
     }
     if reverted_later {
         view.reverted = false;

@@ -9,8 +9,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::errors::ApiError;
-use crate::log::LogData;
 use crate::state::LedgerState;
+use crate::stored_log::ChainedLog;
 
 /// How a write honours its key: both true, except under the fault plan's
 /// misbehaviours (`ignoreIdempotencyKey`, `ignoreBodyHash`).
@@ -22,12 +22,32 @@ pub(crate) struct Honour {
     pub(crate) hash: bool,
 }
 
-/// What a key remembers: the hash it was stored with and the log it produced.
+/// A stored key's hash as the ledger keeps it in memory: the 32 bytes of SHA-256
+/// that [`hash`] writes as 44 characters of text, or the text itself when it is
+/// not such an encoding (a data file written some other way).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct IdempotencyRecord {
-    pub(crate) hash: String,
-    pub(crate) log_id: u64,
-    pub(crate) data: LogData,
+pub(crate) enum StoredHash {
+    Digest([u8; 32]),
+    Text(Box<str>),
+}
+
+impl StoredHash {
+    pub(crate) fn new(text: &str) -> Self {
+        URL_SAFE
+            .decode(text)
+            .ok()
+            .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
+            .filter(|digest| URL_SAFE.encode(digest) == text)
+            .map_or_else(|| Self::Text(text.into()), Self::Digest)
+    }
+
+    /// The hash as it was stored (and as the mismatch error quotes it).
+    pub(crate) fn text(&self) -> String {
+        match self {
+            Self::Digest(digest) => URL_SAFE.encode(digest),
+            Self::Text(text) => text.to_string(),
+        }
+    }
 }
 
 /// Hash of a normalised command: base64url (padded) SHA-256 of its JSON plus a
@@ -47,8 +67,8 @@ pub(crate) fn hash<T: Serialize>(operation: &str, command: &T) -> String {
 
 /// Looks `key` up before anything runs (the lookup precedes the reference check).
 ///
-/// `Ok(Some(record))` is a replay; `Ok(None)` means run the command and store the
-/// key with `hash`.
+/// `Ok(Some(log))` is a replay of the log the key was stored with (its data is the
+/// stored answer); `Ok(None)` means run the command and store the key with `hash`.
 ///
 /// `compare_hash` false (a misbehaviour fault) answers a stored key whatever the hash.
 ///
@@ -59,18 +79,22 @@ pub(crate) fn lookup<'a>(
     key: Option<&str>,
     hash: &str,
     compare_hash: bool,
-) -> Result<Option<&'a IdempotencyRecord>, ApiError> {
+) -> Result<Option<&'a ChainedLog>, ApiError> {
     let Some(key) = key else { return Ok(None) };
-    let Some(record) = state.idempotency.get(key) else {
+    let Some(log) = state.keyed_log(key) else {
         return Ok(None);
     };
-    if compare_hash && record.hash != hash {
+    let stored = log
+        .idempotency_hash
+        .as_ref()
+        .map(StoredHash::text)
+        .unwrap_or_default();
+    if compare_hash && stored != hash {
         return Err(ApiError::validation(format!(
-            "invalid idempotency hash when using idempotency key '{key}', has computed '{hash}' but '{}' is stored",
-            record.hash
+            "invalid idempotency hash when using idempotency key '{key}', has computed '{hash}' but '{stored}' is stored"
         )));
     }
-    Ok(Some(record))
+    Ok(Some(log))
 }
 
 #[cfg(test)]
@@ -84,5 +108,19 @@ mod tests {
         assert_ne!(a, hash("REVERT_TRANSACTION", &serde_json::json!({"a": 1})));
         assert_ne!(a, hash("CREATE_TRANSACTION", &serde_json::json!({"a": 2})));
         assert!(a.ends_with('='), "padded base64url: {a}");
+    }
+
+    #[test]
+    fn a_stored_hash_reads_back_as_written() {
+        let written = hash("CREATE_TRANSACTION", &serde_json::json!({"a": 1}));
+        let stored = StoredHash::new(&written);
+        assert!(matches!(stored, StoredHash::Digest(_)), "{stored:?}");
+        assert_eq!(stored.text(), written);
+        // Not the encoding of 32 bytes, or not in its canonical form: kept as text.
+        for other in ["h", "", &written[..40], &written.replace('=', "")] {
+            let stored = StoredHash::new(other);
+            assert!(matches!(stored, StoredHash::Text(_)), "{other}: {stored:?}");
+            assert_eq!(stored.text(), other);
+        }
     }
 }

@@ -21,6 +21,7 @@ mod log_hash;
 mod log_tamper;
 mod logs;
 mod model;
+mod names;
 mod numscript;
 mod params;
 mod persistence;
@@ -29,6 +30,10 @@ mod reads;
 mod routes;
 mod server;
 mod state;
+mod stored_log;
+mod stored_metadata;
+mod stored_transaction;
+mod stored_volumes;
 mod undo;
 mod webhooks;
 

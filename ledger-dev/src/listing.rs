@@ -19,6 +19,7 @@ use crate::params::{Column, Order};
 use crate::query::Query;
 use crate::reads::encode_cursor;
 use crate::state::LedgerState;
+use crate::stored_transaction::StoredTransaction;
 
 /// Where a page stopped: the last transaction's ordering key and id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -29,7 +30,7 @@ pub(crate) struct Position {
 }
 
 impl Position {
-    fn of(column: Column, tx: &Transaction) -> Self {
+    fn of(column: Column, tx: &StoredTransaction) -> Self {
         let key = match column {
             Column::Id => 0,
             Column::Timestamp => tx.timestamp.timestamp_micros(),
@@ -94,12 +95,12 @@ fn selected<'a>(
     pit: Option<DateTime<Utc>>,
     descending: bool,
     ids: Option<RangeInclusive<u64>>,
-) -> Box<dyn Iterator<Item = Cow<'a, Transaction>> + 'a> {
+) -> Box<dyn Iterator<Item = Cow<'a, StoredTransaction>> + 'a> {
     let Some(ids) = ids else {
         return Box::new(std::iter::empty());
     };
-    let in_range = state.transactions.range(ids).map(|(_, tx)| tx);
-    let ordered: Box<dyn Iterator<Item = &Transaction>> = if descending {
+    let in_range = state.transactions.range(ids).map(|(_, tx)| &**tx);
+    let ordered: Box<dyn Iterator<Item = &StoredTransaction>> = if descending {
         Box::new(in_range.rev())
     } else {
         Box::new(in_range)
@@ -119,13 +120,13 @@ pub(crate) fn transactions(
 ) -> TransactionPage {
     let order = request.order;
     let limit = usize::try_from(request.page_size).unwrap_or(usize::MAX);
-    let beyond = |tx: &Transaction| match request.after {
+    let beyond = |tx: &StoredTransaction| match request.after {
         None => true,
         Some(after) if order.descending => Position::of(order.column, tx) < after,
         Some(after) => Position::of(order.column, tx) > after,
     };
     // One more than a page tells whether there is a next one.
-    let mut page: Vec<Transaction> = if order.column == Column::Id {
+    let mut page: Vec<Cow<'_, StoredTransaction>> = if order.column == Column::Id {
         // Id order is the map's order: walk it from the cursor, stopping after a page.
         let ids = filter.id_range().and_then(|ids| match request.after {
             None => Some(ids),
@@ -140,11 +141,9 @@ pub(crate) fn transactions(
         });
         selected(state, filter, request.pit, order.descending, ids)
             .take(limit.saturating_add(1))
-            .take(limit.saturating_add(1))
-            .map(Cow::into_owned)
             .collect()
     } else {
-        let mut all: Vec<Cow<'_, Transaction>> =
+        let mut all: Vec<Cow<'_, StoredTransaction>> =
             selected(state, filter, request.pit, false, filter.id_range())
                 .filter(|tx| beyond(tx))
                 .collect();
@@ -152,10 +151,8 @@ pub(crate) fn transactions(
         if order.descending {
             all.reverse();
         }
-        all.into_iter()
-            .take(limit.saturating_add(1))
-            .map(Cow::into_owned)
-            .collect()
+        all.truncate(limit.saturating_add(1));
+        all
     };
     let has_more = page.len() > limit;
     page.truncate(limit);
@@ -173,7 +170,7 @@ pub(crate) fn transactions(
         page_size: request.page_size,
         has_more,
         next,
-        data: page,
+        data: page.iter().map(|tx| tx.to_model()).collect(),
     }
 }
 

@@ -1,5 +1,7 @@
 //! The append-only log: every write of a ledger is one [`Log`], persisted before it
-//! is applied, and replayed in order at start to rebuild the state.
+//! is applied, and replayed in order at start to rebuild the state. This is the
+//! form written to the file and rendered by the API; the ledger keeps its entries
+//! in memory in the compact form of `stored_log`.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +10,6 @@ use outbox_core::Metadata;
 use serde::{Deserialize, Serialize};
 
 use crate::clock;
-use crate::log_hash::{self, LogHash};
 use crate::model::{Target, Transaction};
 
 /// One entry of a ledger's log.
@@ -51,21 +52,6 @@ pub(crate) enum LogData {
         target: Target,
         key: String,
     },
-}
-
-/// A log entry as `GET /logs` serves it: with its place in the hash chain.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ChainedLog {
-    pub(crate) log: Log,
-    pub(crate) hash: LogHash,
-}
-
-impl ChainedLog {
-    /// Chains `log` after `previous` (`None` for the ledger's first log).
-    pub(crate) fn after(previous: Option<&ChainedLog>, log: Log) -> Self {
-        let hash = log_hash::chain(previous.map(|p| &p.hash), &log);
-        Self { log, hash }
-    }
 }
 
 impl LogData {

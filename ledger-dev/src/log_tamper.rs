@@ -6,7 +6,8 @@
 
 use outbox_core::Amount;
 
-use crate::log::{ChainedLog, LogData};
+use crate::log::{Log, LogData};
+use crate::log_hash::LogHash;
 
 /// Which log ids `GET /logs` serves corrupted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -18,20 +19,14 @@ pub(crate) struct LogCorruption {
 }
 
 impl LogCorruption {
-    /// The corrupted copy of `entry`, or `None` when it is served as stored.
-    pub(crate) fn apply(self, entry: &ChainedLog) -> Option<ChainedLog> {
-        let id = entry.log.id;
-        if self.hash != Some(id) && self.data != Some(id) {
-            return None;
+    /// Corrupts `log` (rendered for one answer) and its `hash` when this names it.
+    pub(crate) fn apply(self, log: &mut Log, hash: &mut LogHash) {
+        if self.hash == Some(log.id) {
+            hash[0] ^= 0xff;
         }
-        let mut copy = entry.clone();
-        if self.hash == Some(id) {
-            copy.hash[0] ^= 0xff;
+        if self.data == Some(log.id) {
+            alter(&mut log.data);
         }
-        if self.data == Some(id) {
-            alter(&mut copy.log.data);
-        }
-        Some(copy)
     }
 }
 

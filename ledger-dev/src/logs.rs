@@ -12,13 +12,14 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::clock;
-use crate::log::{ChainedLog, LogData};
-use crate::log_hash::{self, TargetId};
+use crate::log::{Log, LogData};
+use crate::log_hash::{self, LogHash, TargetId};
 use crate::log_tamper::LogCorruption;
 use crate::model::Transaction;
 use crate::query::Query;
 use crate::reads::Cursor;
 use crate::state::LedgerState;
+use crate::stored_log::ChainedLog;
 
 /// `V2Log`, in the Go struct's field order.
 #[derive(Debug, Serialize)]
@@ -68,8 +69,7 @@ enum DataView<'a> {
 }
 
 impl<'a> LogView<'a> {
-    fn of(entry: &'a ChainedLog) -> Self {
-        let log = &entry.log;
+    fn of(log: &'a Log, hash: &LogHash) -> Self {
         let data = match &log.data {
             LogData::NewTransaction {
                 transaction,
@@ -100,7 +100,7 @@ impl<'a> LogView<'a> {
             idempotency_key: log.idempotency_key.as_deref().unwrap_or_default(),
             idempotency_hash: log.idempotency_hash.as_deref().unwrap_or_default(),
             id: log.id,
-            hash: log_hash::encode(&entry.hash),
+            hash: log_hash::encode(hash),
         }
     }
 }
@@ -129,7 +129,7 @@ pub(crate) fn page(
     corruption: LogCorruption,
 ) -> LogPage {
     let end = before.map_or(state.logs.len(), |before| {
-        state.logs.partition_point(|entry| entry.log.id < before)
+        state.logs.partition_point(|entry| entry.id < before)
     });
     let mut matching = state.logs[..end]
         .iter()
@@ -142,7 +142,7 @@ pub(crate) fn page(
         (true, Some(last)) => Some(
             Cursor {
                 page_size,
-                before: last.log.id,
+                before: last.id,
                 query: raw_query.clone(),
             }
             .encode(),
@@ -152,9 +152,10 @@ pub(crate) fn page(
     let data = entries
         .into_iter()
         .map(|entry| {
-            let tampered = corruption.apply(entry);
-            let entry = tampered.as_ref().unwrap_or(entry);
-            let text = serde_json::to_string(&LogView::of(entry)).expect("logs render to JSON");
+            let (mut log, mut hash) = (entry.to_log(), entry.hash);
+            corruption.apply(&mut log, &mut hash);
+            let text =
+                serde_json::to_string(&LogView::of(&log, &hash)).expect("logs render to JSON");
             RawValue::from_string(text).expect("serde_json output is JSON")
         })
         .collect();

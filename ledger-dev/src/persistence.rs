@@ -97,15 +97,6 @@ impl DeliveryOutcome {
     }
 }
 
-/// Everything read back at start.
-#[derive(Debug, Default)]
-pub(crate) struct Loaded {
-    pub(crate) ledgers: Vec<LedgerInfo>,
-    /// `(ledger, log)` in commit order.
-    pub(crate) logs: Vec<(String, Log)>,
-    pub(crate) pending: Vec<StoredDelivery>,
-}
-
 #[derive(Debug)]
 pub(crate) struct Journal {
     conn: Connection,
@@ -151,39 +142,44 @@ impl Journal {
         storage(&self.location, what, e)
     }
 
-    /// Reads ledgers, logs and pending deliveries, in the order they were written.
-    pub(crate) fn load(&self) -> Result<Loaded> {
-        let mut loaded = Loaded::default();
-        let read = |what: &str, e: rusqlite::Error| self.err(what, &e);
-
+    /// The ledgers, in the order they were created.
+    pub(crate) fn ledgers(&self) -> Result<Vec<LedgerInfo>> {
+        let read = |e: rusqlite::Error| self.err("cannot read ledgers", &e);
         let mut stmt = self
             .conn
             .prepare("SELECT payload FROM ledgers ORDER BY rowid")
-            .map_err(|e| read("cannot read ledgers", e))?;
+            .map_err(read)?;
         let rows = stmt
             .query_map([], |r| r.get::<_, String>(0))
-            .map_err(|e| read("cannot read ledgers", e))?;
+            .map_err(read)?;
+        let mut ledgers = Vec::new();
         for row in rows {
-            let payload = row.map_err(|e| read("cannot read ledgers", e))?;
-            loaded
-                .ledgers
-                .push(decode(&self.location, "ledger", &payload)?);
+            ledgers.push(decode(&self.location, "ledger", &row.map_err(read)?)?);
         }
+        Ok(ledgers)
+    }
 
+    /// Hands every log to `apply` with its ledger's name, in commit order, one at a
+    /// time: only the state rebuilt from them stays in memory, never the whole log
+    /// as written (its transactions are several times larger than the state's).
+    pub(crate) fn replay(&self, mut apply: impl FnMut(&str, Log) -> Result<()>) -> Result<()> {
+        let read = |e: rusqlite::Error| self.err("cannot read logs", &e);
         let mut stmt = self
             .conn
             .prepare("SELECT ledger, payload FROM logs ORDER BY seq")
-            .map_err(|e| read("cannot read logs", e))?;
-        let rows = stmt
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
-            .map_err(|e| read("cannot read logs", e))?;
-        for row in rows {
-            let (ledger, payload) = row.map_err(|e| read("cannot read logs", e))?;
-            loaded
-                .logs
-                .push((ledger, decode(&self.location, "log", &payload)?));
+            .map_err(read)?;
+        let mut rows = stmt.query([]).map_err(read)?;
+        while let Some(row) = rows.next().map_err(read)? {
+            let ledger: String = row.get(0).map_err(read)?;
+            let payload: String = row.get(1).map_err(read)?;
+            apply(&ledger, decode(&self.location, "log", &payload)?)?;
         }
+        Ok(())
+    }
 
+    /// The deliveries without an outcome, in the order they were written.
+    pub(crate) fn pending_deliveries(&self) -> Result<Vec<StoredDelivery>> {
+        let read = |e: rusqlite::Error| self.err("cannot read webhook deliveries", &e);
         let mut stmt = self
             .conn
             .prepare(
@@ -191,7 +187,7 @@ impl Journal {
                  LEFT JOIN webhook_outcomes o ON o.delivery_id = d.id
                  WHERE o.delivery_id IS NULL ORDER BY d.seq",
             )
-            .map_err(|e| read("cannot read webhook deliveries", e))?;
+            .map_err(read)?;
         let rows = stmt
             .query_map([], |r| {
                 Ok((
@@ -202,13 +198,13 @@ impl Journal {
                     r.get::<_, String>(4)?,
                 ))
             })
-            .map_err(|e| read("cannot read webhook deliveries", e))?;
+            .map_err(read)?;
+        let mut pending = Vec::new();
         for row in rows {
-            let (id, url, event_type, body, created_at) =
-                row.map_err(|e| read("cannot read webhook deliveries", e))?;
+            let (id, url, event_type, body, created_at) = row.map_err(read)?;
             let created_at = clock::parse(&created_at)
                 .map_err(|e| Error::new(ErrorKind::Storage, e).with("data", &self.location))?;
-            loaded.pending.push(StoredDelivery {
+            pending.push(StoredDelivery {
                 id,
                 url,
                 event_type,
@@ -216,7 +212,7 @@ impl Journal {
                 created_at,
             });
         }
-        Ok(loaded)
+        Ok(pending)
     }
 
     pub(crate) fn insert_ledger(&mut self, info: &LedgerInfo) -> Result<()> {
@@ -368,7 +364,7 @@ mod tests {
         journal
             .record_outcome("a", DeliveryOutcome::Failed, 2, None)
             .unwrap();
-        let pending = journal.load().unwrap().pending;
+        let pending = journal.pending_deliveries().unwrap();
         assert_eq!(
             pending.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(),
             ["b"]

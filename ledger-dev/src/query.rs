@@ -16,8 +16,8 @@ use outbox_core::Metadata;
 
 use crate::clock;
 use crate::errors::ApiError;
-use crate::log::ChainedLog;
-use crate::model::Transaction;
+use crate::stored_log::ChainedLog;
+use crate::stored_transaction::StoredTransaction;
 
 /// What a filter is applied to; decides which fields exist.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,25 +148,23 @@ impl Query {
         (low <= high).then_some(low..=high)
     }
 
-    pub(crate) fn matches_transaction(&self, tx: &Transaction) -> bool {
+    pub(crate) fn matches_transaction(&self, tx: &StoredTransaction) -> bool {
         eval(
             &self.filter,
             &|field, value| match field {
                 Field::Reference => tx.reference.as_deref() == value.as_str() && value.is_string(),
                 Field::Id => value.as_u64() == Some(tx.id),
                 Field::Reverted => value.as_bool() == Some(tx.reverted),
-                Field::Metadata(key) => {
-                    tx.metadata.get(key).map(String::as_str) == value.as_str() && value.is_string()
-                }
+                Field::Metadata(key) => tx.metadata.get(key) == value.as_str() && value.is_string(),
                 Field::Account | Field::Source | Field::Destination => {
                     let Some(pattern) = value.as_str() else {
                         return false;
                     };
                     tx.postings.iter().any(|p| {
                         let source = matches!(field, Field::Account | Field::Source)
-                            && address_matches(pattern, p.source.as_str());
+                            && address_matches(pattern, &p.source);
                         let destination = matches!(field, Field::Account | Field::Destination)
-                            && address_matches(pattern, p.destination.as_str());
+                            && address_matches(pattern, &p.destination);
                         source || destination
                     })
                 }
@@ -180,8 +178,7 @@ impl Query {
         )
     }
 
-    pub(crate) fn matches_log(&self, entry: &ChainedLog) -> bool {
-        let log = &entry.log;
+    pub(crate) fn matches_log(&self, log: &ChainedLog) -> bool {
         let ordering = |field: &Field, value: &Value| match field {
             Field::Id => value.as_u64().map(|v| log.id.cmp(&v)),
             Field::Date => value

@@ -256,7 +256,7 @@ pub(crate) fn transaction(state: &LedgerState, id: u64) -> Result<Transaction, A
     state
         .transactions
         .get(&id)
-        .cloned()
+        .map(|tx| tx.to_model())
         .ok_or_else(|| ApiError::not_found(format!("transaction {id} not found")))
 }
 

@@ -3,17 +3,28 @@
 //! The state is only ever changed by applying a log entry, both live (after the
 //! entry is persisted) and at start (replaying the file), so a restart rebuilds
 //! exactly what was answered before it.
+//!
+//! Each transaction is held once, in its stored form (`stored_transaction`): the
+//! transaction map and the log entry that wrote it share one `Arc`, and a key's
+//! index entry names that log. A change to the transaction (a revert, metadata)
+//! replaces the map's `Arc` with a changed copy, so the log keeps its snapshot.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use outbox_core::{Metadata, Posting};
 use serde::{Deserialize, Serialize};
 
 use crate::clock;
-use crate::idempotency::IdempotencyRecord;
-use crate::log::{ChainedLog, Log, LogData};
+use crate::idempotency::StoredHash;
+use crate::log::{Log, LogData};
+use crate::log_hash;
 use crate::model::{AccountVolumes, Target, Transaction, Volumes};
+use crate::names::Names;
+use crate::stored_log::{ChainedLog, StoredLogData};
+use crate::stored_metadata::StoredMetadata;
+use crate::stored_transaction::StoredTransaction;
 
 /// A ledger as created by `POST /v2/{ledger}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,10 +93,13 @@ impl AccountState {
 #[derive(Debug, Clone)]
 pub(crate) struct LedgerState {
     pub(crate) info: LedgerInfo,
-    pub(crate) transactions: BTreeMap<u64, Transaction>,
+    /// Every transaction as it reads now.
+    pub(crate) transactions: BTreeMap<u64, Arc<StoredTransaction>>,
     pub(crate) accounts: BTreeMap<String, AccountState>,
     pub(crate) references: HashMap<String, u64>,
-    pub(crate) idempotency: HashMap<String, IdempotencyRecord>,
+    /// Each stored idempotency key to the id of the log it wrote; that log holds
+    /// the key's hash and the answer a replay gives ([`Self::keyed_log`]).
+    idempotency: HashMap<Arc<str>, u64>,
     pub(crate) last_log_id: u64,
     /// Every log entry, oldest first, with its hash (`GET /logs`).
     pub(crate) logs: Vec<ChainedLog>,
@@ -94,6 +108,9 @@ pub(crate) struct LedgerState {
     /// with, dated by their timestamp as Formance dates it. Transactions never
     /// changed have no entry.
     pub(crate) transaction_metadata_history: HashMap<u64, Vec<(DateTime<Utc>, MetadataChange)>>,
+    /// Addresses, assets, metadata and idempotency keys shared by the stored
+    /// transactions and logs.
+    names: Names,
 }
 
 impl LedgerState {
@@ -107,6 +124,25 @@ impl LedgerState {
             last_log_id: 0,
             logs: Vec::new(),
             transaction_metadata_history: HashMap::new(),
+            names: Names::default(),
+        }
+    }
+
+    /// The log with id `id`.
+    pub(crate) fn log(&self, id: u64) -> Option<&ChainedLog> {
+        let at = self.logs.partition_point(|entry| entry.id < id);
+        self.logs.get(at).filter(|entry| entry.id == id)
+    }
+
+    /// The log an idempotency key was stored with.
+    pub(crate) fn keyed_log(&self, key: &str) -> Option<&ChainedLog> {
+        self.idempotency.get(key).and_then(|id| self.log(*id))
+    }
+
+    /// Forgets `key` if log `log_id` stored it (undoing that log: `undo`).
+    pub(crate) fn forget_key(&mut self, key: &str, log_id: u64) {
+        if self.idempotency.get(key) == Some(&log_id) {
+            self.idempotency.remove(key);
         }
     }
 
@@ -180,73 +216,124 @@ impl LedgerState {
     /// it cannot fail.
     pub(crate) fn apply(&mut self, log: &Log) {
         self.last_log_id = self.last_log_id.max(log.id);
-        let chained = ChainedLog::after(self.logs.last(), log.clone());
-        self.logs.push(chained);
-        if let (Some(key), Some(hash)) = (&log.idempotency_key, &log.idempotency_hash) {
-            self.idempotency.insert(
-                key.clone(),
-                IdempotencyRecord {
-                    hash: hash.clone(),
-                    log_id: log.id,
-                    data: log.data.clone(),
-                },
-            );
-        }
-        match &log.data {
+        let hash = log_hash::chain(self.logs.last().map(|entry| &entry.hash), log);
+        let data = match &log.data {
             LogData::NewTransaction {
                 transaction,
                 account_metadata,
             } => {
-                self.insert_transaction((**transaction).clone(), log.date);
+                let transaction = self.insert_transaction(transaction, log.date);
                 for (address, metadata) in account_metadata {
                     self.save_account_metadata(address, metadata, log.date);
                 }
+                StoredLogData::NewTransaction {
+                    transaction,
+                    account_metadata: (!account_metadata.is_empty())
+                        .then(|| Box::new(account_metadata.clone())),
+                }
             }
             LogData::RevertedTransaction { reverted, revert } => {
-                if let Some(original) = self.transactions.get_mut(&reverted.id) {
-                    original.reverted = true;
-                    original.reverted_at = reverted.reverted_at;
-                    original.updated_at = reverted.updated_at;
-                }
-                self.insert_transaction((**revert).clone(), log.date);
+                let reverted = Arc::new(StoredTransaction::new(reverted, &mut self.names));
+                self.mark_reverted(&reverted);
+                let revert = self.insert_transaction(revert, log.date);
+                StoredLogData::RevertedTransaction { reverted, revert }
             }
-            LogData::SetMetadata { target, metadata } => match target {
-                Target::Account(address) => self.save_account_metadata(address, metadata, log.date),
-                Target::Transaction(id) => {
-                    self.record_transaction_metadata(
-                        *id,
-                        log.date,
-                        MetadataChange::Set(metadata.clone()),
-                    );
-                    if let Some(tx) = self.transactions.get_mut(id) {
-                        tx.metadata.extend(metadata.clone());
-                        tx.updated_at = log.date;
+            LogData::SetMetadata { target, metadata } => {
+                match target {
+                    Target::Account(address) => {
+                        self.save_account_metadata(address, metadata, log.date);
+                    }
+                    Target::Transaction(id) => {
+                        self.record_transaction_metadata(
+                            *id,
+                            log.date,
+                            MetadataChange::Set(metadata.clone()),
+                        );
+                        self.change_transaction_metadata(*id, log.date, |current| {
+                            current.extend(metadata.clone());
+                        });
                     }
                 }
-            },
-            LogData::DeleteMetadata { target, key } => match target {
-                Target::Account(address) => {
-                    if let Some(account) = self.accounts.get_mut(address) {
-                        account.metadata.remove(key);
-                        account.updated_at = log.date;
-                        account
-                            .metadata_history
-                            .push((log.date, MetadataChange::Delete(key.clone())));
+                StoredLogData::Metadata(Box::new(log.data.clone()))
+            }
+            LogData::DeleteMetadata { target, key } => {
+                match target {
+                    Target::Account(address) => {
+                        if let Some(account) = self.accounts.get_mut(address) {
+                            account.metadata.remove(key);
+                            account.updated_at = log.date;
+                            account
+                                .metadata_history
+                                .push((log.date, MetadataChange::Delete(key.clone())));
+                        }
+                    }
+                    Target::Transaction(id) => {
+                        self.record_transaction_metadata(
+                            *id,
+                            log.date,
+                            MetadataChange::Delete(key.clone()),
+                        );
+                        self.change_transaction_metadata(*id, log.date, |current| {
+                            current.remove(key);
+                        });
                     }
                 }
-                Target::Transaction(id) => {
-                    self.record_transaction_metadata(
-                        *id,
-                        log.date,
-                        MetadataChange::Delete(key.clone()),
-                    );
-                    if let Some(tx) = self.transactions.get_mut(id) {
-                        tx.metadata.remove(key);
-                        tx.updated_at = log.date;
-                    }
-                }
-            },
+                StoredLogData::Metadata(Box::new(log.data.clone()))
+            }
+        };
+        // Interned: the relay's key is its event id, already interned as the
+        // transaction's `outbox_event_id`; the log entry and the key index share it.
+        let key = log
+            .idempotency_key
+            .as_deref()
+            .map(|key| self.names.intern(key));
+        if let (Some(key), Some(_)) = (&key, &log.idempotency_hash) {
+            self.idempotency.insert(Arc::clone(key), log.id);
         }
+        self.logs.push(ChainedLog {
+            id: log.id,
+            date: log.date,
+            idempotency_key: key,
+            idempotency_hash: log.idempotency_hash.as_deref().map(StoredHash::new),
+            data,
+            hash,
+        });
+    }
+
+    /// Marks the transaction that `snapshot` (a revert log's copy) reverts as
+    /// reverted in the map. The transaction then reads as the snapshot does, so
+    /// the two share it unless something differs.
+    fn mark_reverted(&mut self, snapshot: &Arc<StoredTransaction>) {
+        let Some(current) = self.transactions.get_mut(&snapshot.id) else {
+            return;
+        };
+        let mut marked = StoredTransaction::clone(current);
+        marked.reverted = true;
+        marked.reverted_at = snapshot.reverted_at;
+        marked.updated_at = snapshot.updated_at;
+        *current = if marked == **snapshot {
+            Arc::clone(snapshot)
+        } else {
+            Arc::new(marked)
+        };
+    }
+
+    /// Changes transaction `id`'s metadata with `change`, on a copy when its log
+    /// (or a later snapshot) shares it: the log keeps the metadata of its time.
+    fn change_transaction_metadata(
+        &mut self,
+        id: u64,
+        at: DateTime<Utc>,
+        change: impl FnOnce(&mut Metadata),
+    ) {
+        let Some(tx) = self.transactions.get_mut(&id) else {
+            return;
+        };
+        let tx = Arc::make_mut(tx);
+        let mut metadata = tx.metadata.to_model();
+        change(&mut metadata);
+        tx.metadata = StoredMetadata::new(&metadata, &mut self.names);
+        tx.updated_at = at;
     }
 
     /// Records a metadata change of transaction `id`, starting its history with the
@@ -257,11 +344,17 @@ impl LedgerState {
         };
         self.transaction_metadata_history
             .entry(id)
-            .or_insert_with(|| vec![(tx.timestamp, MetadataChange::Set(tx.metadata.clone()))])
+            .or_insert_with(|| vec![(tx.timestamp, MetadataChange::Set(tx.metadata.to_model()))])
             .push((at, change));
     }
 
-    fn insert_transaction(&mut self, tx: Transaction, at: DateTime<Utc>) {
+    /// Adds `tx` to the map and its moves to its accounts; returns the stored form
+    /// the map holds, for its log to share.
+    fn insert_transaction(
+        &mut self,
+        tx: &Transaction,
+        at: DateTime<Utc>,
+    ) -> Arc<StoredTransaction> {
         for p in &tx.postings {
             let amount = p.amount.minor_units();
             let asset = p.asset.as_str();
@@ -301,7 +394,9 @@ impl LedgerState {
         if let Some(reference) = &tx.reference {
             self.references.insert(reference.clone(), tx.id);
         }
-        self.transactions.insert(tx.id, tx);
+        let stored = Arc::new(StoredTransaction::new(tx, &mut self.names));
+        self.transactions.insert(tx.id, Arc::clone(&stored));
+        stored
     }
 
     /// The account, created on first use; `first_usage` is the earliest

@@ -107,13 +107,8 @@ impl LedgerState {
     /// Puts the state back as it was at `checkpoint`.
     pub(crate) fn undo(&mut self, checkpoint: Checkpoint) {
         for log in checkpoint.applied.iter().rev() {
-            if let Some(key) = &log.idempotency_key
-                && self
-                    .idempotency
-                    .get(key)
-                    .is_some_and(|r| r.log_id == log.id)
-            {
-                self.idempotency.remove(key);
+            if let Some(key) = &log.idempotency_key {
+                self.forget_key(key, log.id);
             }
             if let LogData::NewTransaction { transaction, .. } = &log.data {
                 self.transactions.remove(&transaction.id);

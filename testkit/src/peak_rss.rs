@@ -1,5 +1,6 @@
-//! A child process run to its end while its peak resident set is sampled, for the
-//! memory benchmarks (figures printed, never asserted).
+//! Resident memory of a process, for the memory benchmarks (figures printed, never
+//! asserted): read once ([`resident`]), or sampled while a child runs to its end
+//! ([`run_measured`]).
 
 use std::time::{Duration, Instant};
 
@@ -16,14 +17,35 @@ pub struct Measured {
     pub success: bool,
 }
 
+/// The resident set of a running process, read from Linux `/proc/{pid}/status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resident {
+    /// Resident now (`VmRSS`), in KiB.
+    pub rss_kib: u64,
+    /// The highest resident set so far (`VmHWM`), in KiB.
+    pub peak_kib: u64,
+}
+
+/// The resident set of process `pid` now and at its peak; `None` when `/proc` has
+/// no such process (or no `/proc`).
+pub fn resident(pid: u32) -> Option<Resident> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kib| kib.parse().ok())
+    };
+    Some(Resident {
+        rss_kib: field("VmRSS:")?,
+        peak_kib: field("VmHWM:")?,
+    })
+}
+
 /// Peak resident set of process `pid` so far, in KiB.
 fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kib| kib.parse().ok())
+    resident(pid).map(|r| r.peak_kib)
 }
 
 /// Spawns `command` (stdout captured, stderr discarded), samples its peak RSS every

@@ -1,8 +1,9 @@
 //! Reverts and metadata writes.
 
-use serde_json::json;
+use outbox_ledger_dev::DevLedgerConfig;
+use serde_json::{Value, json};
 
-use crate::support::{Harness, contracts, postings};
+use crate::support::{Harness, contracts, postings, with};
 
 #[tokio::test]
 async fn revert_creates_the_reversing_transaction() {
@@ -218,4 +219,121 @@ async fn metadata_writes_are_idempotent() {
         .await;
     assert_eq!(dry.status, 204);
     h.err(&h.get("accounts/dry").await, 404, "NOT_FOUND");
+}
+
+/// The log entry with id `id`, read through `GET /logs`.
+async fn log(h: &Harness, id: u64) -> Value {
+    let answer = h.get("logs?pageSize=100").await;
+    let page = h.ok(&answer, 200, "V2LogsCursorResponse");
+    page["cursor"]["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["id"] == id)
+        .unwrap_or_else(|| panic!("no log {id}: {page:#}"))
+        .clone()
+}
+
+/// What `snapshots` reads of the payout `id` (created by `body` under key `e1`,
+/// reverted under key `rv`).
+#[derive(Debug, Clone, PartialEq)]
+struct Snapshots {
+    now: Value,
+    replayed: Value,
+    new_log: Value,
+    reverted: Value,
+    revert_log: Value,
+}
+
+async fn snapshots(h: &Harness, id: u64, body: &Value) -> Snapshots {
+    let read = h.get(&format!("transactions/{id}")).await;
+    let now = h.ok(&read, 200, "V2GetTransactionResponse")["data"].clone();
+    let replay = h.post("transactions", body, Some("e1")).await;
+    assert!(replay.hit());
+    let replayed = h.ok(&replay, 200, "V2CreateTransactionResponse")["data"].clone();
+    // A bulk revert answers the reverted original: a replay answers its snapshot.
+    let bulk = json!([{"action": "REVERT_TRANSACTION", "ik": "rv", "data": {"id": id}}]);
+    let answer = h.post("_bulk", &bulk, None).await;
+    let reverted = h.ok(&answer, 200, "V2BulkResponse")["data"][0]["data"].clone();
+    // Logs: 1 funding, 2 the payout, 3 and 4 its metadata, 5 the revert, 6 metadata.
+    Snapshots {
+        now,
+        replayed,
+        new_log: log(h, 2).await["data"]["transaction"].clone(),
+        reverted,
+        revert_log: log(h, 5).await["data"].clone(),
+    }
+}
+
+/// A transaction changed after it was committed (metadata added and removed, then
+/// reverted, then more metadata) reads as it is now, while its key's replays and its
+/// logs still answer the snapshots of their own time — live and after a restart.
+#[tokio::test]
+async fn replays_and_logs_keep_the_snapshot_of_their_time() {
+    let Some(c) = contracts() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let config = DevLedgerConfig {
+        data: Some(dir.path().join("ledger.sqlite")),
+        ..DevLedgerConfig::default()
+    };
+    let h = Harness::start_with(c, config.clone()).await;
+    h.create(
+        &postings("world", "merchants:1:available", 1000, "USD/2"),
+        None,
+    )
+    .await;
+    let body = with(
+        postings(
+            "merchants:1:available",
+            "merchants:1:payouts:pending",
+            600,
+            "USD/2",
+        ),
+        "metadata",
+        json!({"outbox_event_id": "e1", "outbox_sequence": "1"}),
+    );
+    let created = h.create(&body, Some("e1")).await;
+    let id = created["id"].as_u64().unwrap();
+    let path = format!("transactions/{id}/metadata");
+    assert_eq!(h.post(&path, &json!({"k": "v"}), None).await.status, 204);
+    let delete = h.http.delete(h.url(&format!("{path}/outbox_sequence")));
+    assert_eq!(h.send(delete).await.status, 204);
+    let answer = h
+        .post_raw(&format!("transactions/{id}/revert"), "", Some("rv"))
+        .await;
+    let revert = h.ok(&answer, 201, "V2RevertTransactionResponse")["data"].clone();
+    assert_eq!(
+        h.post(&path, &json!({"after": "revert"}), None)
+            .await
+            .status,
+        204
+    );
+
+    let live = snapshots(&h, id, &body).await;
+    assert_eq!(live.now["reverted"], true);
+    assert_eq!(
+        live.now["metadata"],
+        json!({"outbox_event_id": "e1", "k": "v", "after": "revert"})
+    );
+    assert_eq!(
+        live.replayed, created,
+        "the replay answers the transaction as committed"
+    );
+    assert_eq!(live.new_log, created, "so does its log");
+    assert_eq!(live.reverted["reverted"], true);
+    assert_eq!(
+        live.reverted["metadata"],
+        json!({"outbox_event_id": "e1", "k": "v"}),
+        "the revert's snapshot has the metadata of its time"
+    );
+    assert_eq!(live.revert_log["revertedTransaction"], live.reverted);
+    assert_eq!(live.revert_log["transaction"], revert);
+    h.ledger.shutdown().await;
+
+    let h = Harness::start_with(c, config).await;
+    assert_eq!(
+        snapshots(&h, id, &body).await,
+        live,
+        "a restart rebuilds the same answers"
+    );
 }
