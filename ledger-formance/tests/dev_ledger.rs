@@ -1,14 +1,16 @@
-//! Every outcome mapping of `FormanceLedger`, against `outbox-ledger-dev` (a local
-//! Formance-v2-compatible ledger) over real HTTP on loopback, with injected faults.
+//! The Formance-specific outcome mappings of `FormanceLedger`, against
+//! `outbox-ledger-dev` (a local Formance-v2-compatible ledger) over real HTTP on
+//! loopback, with injected faults. What every ledger adapter must do (replays,
+//! refusals, bulk independence, ordered runs, revert, lookups, balances, transient
+//! answers) is testkit's ledger suite, run on this client in tests/ledger_suite.rs.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::http::StatusCode;
 use outbox_core::{
     Account, Amount, Asset, BalanceDate, Balances, BulkItem, ErrorKind, EventId, Ledger,
     LedgerCommand, Metadata, OUTBOX_EVENT_ID_KEY, Payload, PostBody, PostCommand, PostOutcome,
-    Posting, Retry, RunOutcome, Script,
+    Posting, Retry,
 };
 use outbox_ledger_dev::{DevLedger, DevLedgerConfig, RunningDevLedger};
 use outbox_ledger_formance::{FormanceConfig, FormanceLedger};
@@ -104,40 +106,6 @@ fn rejected_code(outcome: PostOutcome) -> String {
 }
 
 #[tokio::test]
-async fn accepted_then_replayed_with_the_same_transaction_id() {
-    let (_dev, ledger) = setup().await;
-    let event = EventId::new();
-    let body = transfer(event, "world", "merchants:4471:available", 48_500_000);
-
-    let first = accepted(ledger.post(event, &body).await.unwrap());
-    let again = ledger.post(event, &body).await.unwrap();
-    assert_eq!(
-        again,
-        PostOutcome::Replayed {
-            transaction_id: first
-        }
-    );
-
-    // Exactly one movement exists for the event.
-    let tx = ledger
-        .transaction_by_event_id(event)
-        .await
-        .unwrap()
-        .expect("posted");
-    assert_eq!(tx.id, first);
-    assert_eq!(tx.metadata[OUTBOX_EVENT_ID_KEY], event.to_string());
-    assert_eq!(
-        tx.postings,
-        [posting("world", "merchants:4471:available", 48_500_000)]
-    );
-    let balances = ledger
-        .aggregate_balances("merchants:4471:available")
-        .await
-        .unwrap();
-    assert_eq!(balances[&Asset::parse(USD).unwrap()], 48_500_000);
-}
-
-#[tokio::test]
 async fn the_same_key_with_another_body_is_a_permanent_mismatch() {
     let (_dev, ledger) = setup().await;
     let event = EventId::new();
@@ -160,123 +128,6 @@ async fn the_same_key_with_another_body_is_a_permanent_mismatch() {
     assert_eq!(err.context("event_id"), Some(event.to_string().as_str()));
     assert_eq!(err.context("endpoint"), Some("/v2/main/transactions"));
     assert_eq!(err.context("error_code"), Some("VALIDATION"));
-}
-
-#[tokio::test]
-async fn insufficient_funds_is_a_rejection_and_consumes_no_key() {
-    let (_dev, ledger) = setup().await;
-    let event = EventId::new();
-    let body = transfer(
-        event,
-        "merchants:4471:available",
-        "merchants:4471:payouts:pending",
-        48_500_000,
-    );
-    assert_eq!(
-        rejected_code(ledger.post(event, &body).await.unwrap()),
-        "INSUFFICIENT_FUND"
-    );
-    // A refusal stores no key: once funded, the same event goes through.
-    fund(&ledger, "merchants:4471:available", 48_500_000).await;
-    accepted(ledger.post(event, &body).await.unwrap());
-}
-
-#[tokio::test]
-async fn compilation_failure_is_a_rejection() {
-    let (_dev, ledger) = setup().await;
-    let event = EventId::new();
-    let script = Script {
-        plain: "vars {\n  monetary $amount\n}\nsend $amount (\n  source = @world\n  destination = $nowhere\n)\n".into(),
-        vars: BTreeMap::from([("amount".into(), "USD/2 100".into())]),
-    };
-    let body = stored_body(event, PostBody::Script(script), None, Metadata::new());
-    assert_eq!(
-        rejected_code(ledger.post(event, &body).await.unwrap()),
-        "COMPILATION_FAILED"
-    );
-}
-
-#[tokio::test]
-async fn no_postings_is_a_rejection() {
-    let (_dev, ledger) = setup().await;
-    let event = EventId::new();
-    // Neither postings nor a script: a body the outbox itself would never encode.
-    let body = format!(r#"{{"metadata":{{"{OUTBOX_EVENT_ID_KEY}":"{event}"}}}}"#);
-    assert_eq!(
-        rejected_code(ledger.post(event, body.as_bytes()).await.unwrap()),
-        "NO_POSTINGS"
-    );
-}
-
-#[tokio::test]
-async fn metadata_override_is_a_rejection() {
-    let (_dev, ledger) = setup().await;
-    let event = EventId::new();
-    let script = Script {
-        plain: "send [USD/2 100] (\n  source = @world\n  destination = @merchants:4471:available\n)\nset_tx_meta(\"event_type\", \"payout.requested\")\n".into(),
-        vars: BTreeMap::new(),
-    };
-    let metadata = Metadata::from([("event_type".to_owned(), "payout.other".to_owned())]);
-    let body = stored_body(event, PostBody::Script(script), None, metadata);
-    assert_eq!(
-        rejected_code(ledger.post(event, &body).await.unwrap()),
-        "METADATA_OVERRIDE"
-    );
-}
-
-#[tokio::test]
-async fn revert_is_accepted_replayed_then_already_reverted() {
-    let (_dev, ledger) = setup().await;
-    let original = fund(&ledger, "merchants:4471:available", 1_000).await;
-    let revert_event = EventId::new();
-    let metadata = Metadata::from([(OUTBOX_EVENT_ID_KEY.to_owned(), revert_event.to_string())]);
-
-    let reversal = accepted(
-        ledger
-            .revert(revert_event, original, &metadata)
-            .await
-            .unwrap(),
-    );
-    assert_ne!(reversal, original);
-    let again = ledger
-        .revert(revert_event, original, &metadata)
-        .await
-        .unwrap();
-    assert_eq!(
-        again,
-        PostOutcome::Replayed {
-            transaction_id: reversal
-        }
-    );
-
-    let other_event = EventId::new();
-    let outcome = ledger
-        .revert(other_event, original, &Metadata::new())
-        .await
-        .unwrap();
-    assert_eq!(rejected_code(outcome), "ALREADY_REVERT");
-
-    let reversed = ledger
-        .transaction_by_event_id(revert_event)
-        .await
-        .unwrap()
-        .expect("reversal");
-    assert_eq!(reversed.id, reversal);
-    assert_eq!(
-        reversed.postings,
-        [posting("merchants:4471:available", "world", 1_000)]
-    );
-    let balances = ledger
-        .aggregate_balances("merchants:4471:available")
-        .await
-        .unwrap();
-    assert_eq!(
-        balances
-            .get(&Asset::parse(USD).unwrap())
-            .copied()
-            .unwrap_or(0),
-        0
-    );
 }
 
 #[tokio::test]
@@ -324,29 +175,6 @@ async fn a_reference_conflict_from_the_same_event_resolves_as_a_replay() {
         .expect("by reference");
     assert_eq!(found.id, first);
     assert_eq!(found.reference.as_deref(), Some(reference));
-}
-
-#[tokio::test]
-async fn a_reference_held_by_another_event_is_rejected_as_conflict() {
-    let (_dev, ledger) = setup().await;
-    let reference = "payout:settlement-2026-10-07:4471";
-    let make = |event| {
-        stored_body(
-            event,
-            PostBody::Postings(vec![posting("world", "merchants:4471:available", 100)]),
-            Some(reference),
-            Metadata::new(),
-        )
-    };
-    let holder = EventId::new();
-    accepted(ledger.post(holder, &make(holder)).await.unwrap());
-    let intruder = EventId::new();
-    let outcome = ledger.post(intruder, &make(intruder)).await.unwrap();
-    assert_eq!(rejected_code(outcome), "CONFLICT");
-    assert_eq!(
-        ledger.transaction_by_event_id(intruder).await.unwrap(),
-        None
-    );
 }
 
 #[tokio::test]
@@ -425,31 +253,6 @@ async fn a_slow_answer_times_out_as_transient() {
     );
 }
 
-#[tokio::test]
-async fn an_answer_lost_after_commit_replays_on_retry() {
-    let dev = dev_ledger(100).await;
-    let ledger = client_for(&dev, |c| c.request_timeout_ms = 500);
-    let event = EventId::new();
-    let body = transfer(event, "world", "merchants:4471:available", 100);
-
-    dev.faults().timeout_after_commit(1, Duration::from_secs(3));
-    let err = ledger.post(event, &body).await.unwrap_err();
-    assert!(err.is_transient(), "{err}");
-
-    let committed = ledger
-        .transaction_by_event_id(event)
-        .await
-        .unwrap()
-        .expect("committed");
-    let outcome = ledger.post(event, &body).await.unwrap();
-    assert_eq!(
-        outcome,
-        PostOutcome::Replayed {
-            transaction_id: committed.id
-        }
-    );
-}
-
 fn items<'a>(bodies: &'a [(EventId, Vec<u8>)]) -> Vec<BulkItem<'a>> {
     bodies
         .iter()
@@ -502,38 +305,6 @@ async fn bulk_is_chunked_to_the_configured_size() {
     let err = greedy.post_bulk(&items(&credits(5))).await.unwrap_err();
     assert_eq!(err.retry(), Retry::Permanent);
     assert_eq!(err.context("error_code"), Some("BULK_SIZE_EXCEEDED"));
-}
-
-#[tokio::test]
-async fn bulk_maps_each_element_and_a_refusal_does_not_stop_the_others() {
-    let (_dev, ledger) = setup().await;
-    let mut bodies = credits(2);
-    let broke = EventId::new();
-    bodies.push((
-        broke,
-        transfer(broke, "merchants:empty", "merchants:4471:available", 1),
-    ));
-    bodies.extend(credits(2));
-
-    let results = ledger.post_bulk(&items(&bodies)).await.unwrap();
-    assert_eq!(results.len(), 5);
-    assert_eq!(
-        rejected_code(results[2].clone().unwrap()),
-        "INSUFFICIENT_FUND"
-    );
-    for (i, (result, (event, _))) in results.iter().zip(&bodies).enumerate() {
-        if i == 2 {
-            assert_eq!(ledger.transaction_by_event_id(*event).await.unwrap(), None);
-            continue;
-        }
-        let id = accepted(result.clone().unwrap());
-        let tx = ledger
-            .transaction_by_event_id(*event)
-            .await
-            .unwrap()
-            .expect("committed");
-        assert_eq!(tx.id, id);
-    }
 }
 
 #[tokio::test]
@@ -651,109 +422,20 @@ async fn committed_id(ledger: &FormanceLedger, event: EventId) -> Option<u64> {
         .map(|tx| tx.id)
 }
 
+/// The rest of a failed run (refused before it ran, answer lost after commit) is
+/// testkit's ledger suite, `a_failed_run_call_leaves_all_or_nothing` (tests/ledger_suite.rs).
 #[tokio::test]
-async fn a_run_commits_every_element_in_item_order() {
-    let (_dev, ledger) = setup().await;
-    assert!(ledger.capabilities().ordered_runs);
-    fund(&ledger, "merchants:hot:available", 1_000).await;
-    let bodies = payouts("merchants:hot:available", &[100, 200, 300, 400]);
-    let outcome = ledger.post_run(&items(&bodies)).await.unwrap();
-    let RunOutcome::Committed(ids) = outcome else {
-        panic!("expected Committed, got {outcome:?}")
-    };
-    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
-    for ((event, _), id) in bodies.iter().zip(&ids) {
-        assert_eq!(committed_id(&ledger, *event).await, Some(*id));
-    }
-    let balances = ledger
-        .aggregate_balances("merchants:hot:available")
-        .await
-        .unwrap();
-    assert_eq!(balances.values().copied().collect::<Vec<_>>(), vec![0]);
-}
-
-#[tokio::test]
-async fn a_refusal_inside_a_run_rolls_the_whole_run_back_and_keeps_no_key() {
-    let (_dev, ledger) = setup().await;
-    fund(&ledger, "merchants:hot:available", 100).await;
-    // The third payout overdraws: nothing of the run may stay.
-    let bodies = payouts("merchants:hot:available", &[30, 30, 60, 10]);
-    let outcome = ledger.post_run(&items(&bodies)).await.unwrap();
-    let RunOutcome::RolledBack { index, reason } = outcome else {
-        panic!("expected RolledBack, got {outcome:?}")
-    };
-    assert_eq!(index, 2);
-    assert!(reason.starts_with("INSUFFICIENT_FUND"), "{reason}");
-    for (event, _) in &bodies {
-        assert_eq!(committed_id(&ledger, *event).await, None);
-    }
-    let balances = ledger
-        .aggregate_balances("merchants:hot:available")
-        .await
-        .unwrap();
-    assert_eq!(balances.values().copied().collect::<Vec<_>>(), vec![100]);
-    // The first element's key was not kept: sent alone, it is a first post.
-    let (event, body) = &bodies[0];
-    accepted(ledger.post(*event, body).await.unwrap());
-}
-
-#[tokio::test]
-async fn a_run_replays_an_element_already_posted() {
-    let (_dev, ledger) = setup().await;
-    fund(&ledger, "merchants:hot:available", 100).await;
-    let bodies = payouts("merchants:hot:available", &[10, 20, 30]);
-    let first = accepted(ledger.post(bodies[0].0, &bodies[0].1).await.unwrap());
-    let outcome = ledger.post_run(&items(&bodies)).await.unwrap();
-    let RunOutcome::Committed(ids) = outcome else {
-        panic!("expected Committed, got {outcome:?}")
-    };
-    assert_eq!(
-        ids[0], first,
-        "the posted element answers with its original id"
-    );
-    let balances = ledger
-        .aggregate_balances("merchants:hot:available")
-        .await
-        .unwrap();
-    assert_eq!(balances.values().copied().collect::<Vec<_>>(), vec![40]);
-}
-
-#[tokio::test]
-async fn a_failed_run_call_is_an_error_and_leaves_all_or_nothing() {
+async fn a_run_longer_than_the_bulk_limit_is_refused_before_sending() {
     let dev = dev_ledger(100).await;
-    let ledger = client_for(&dev, |c| c.request_timeout_ms = 500);
-    fund(&ledger, "merchants:hot:available", 1_000).await;
-
-    // Refused before it ran (503): transient, nothing committed.
-    let bodies = payouts("merchants:hot:available", &[1, 2, 3]);
-    dev.faults()
-        .push_status(StatusCode::SERVICE_UNAVAILABLE, None, 1);
-    let err = ledger.post_run(&items(&bodies)).await.unwrap_err();
-    assert!(err.is_transient(), "{err}");
-    for (event, _) in &bodies {
-        assert_eq!(committed_id(&ledger, *event).await, None);
-    }
-
-    // The answer lost after the commit: transient, and every element committed.
-    dev.faults().timeout_after_commit(1, Duration::from_secs(2));
-    let err = ledger.post_run(&items(&bodies)).await.unwrap_err();
-    assert!(err.is_transient(), "{err}");
-    for (event, body) in &bodies {
-        let id = committed_id(&ledger, *event).await.expect("committed");
-        assert_eq!(
-            ledger.post(*event, body).await.unwrap(),
-            PostOutcome::Replayed { transaction_id: id }
-        );
-    }
-
-    // Longer than the bulk limit: refused before anything is sent.
     let client = client_for(&dev, |c| c.bulk_max_size = 2);
-    let err = client
-        .post_run(&items(&payouts("merchants:hot:available", &[1, 1, 1])))
-        .await
-        .unwrap_err();
+    fund(&client, "merchants:hot:available", 1_000).await;
+    let bodies = payouts("merchants:hot:available", &[1, 1, 1]);
+    let err = client.post_run(&items(&bodies)).await.unwrap_err();
     assert_eq!(err.retry(), Retry::Permanent);
     assert!(err.to_string().contains("bulk limit"), "{err}");
+    for (event, _) in &bodies {
+        assert_eq!(committed_id(&client, *event).await, None);
+    }
 }
 
 #[tokio::test]

@@ -1,9 +1,10 @@
 //! Conformance suites every ledger-outbox adapter must pass.
 //!
 //! Each behaviour is one `pub async fn` taking a harness; the macros
-//! [`store_suite!`], [`reconcile_suite!`], [`inbox_suite!`] and [`fanout_store_suite!`] expand to one
-//! `#[tokio::test]` per case for a backend, so a failure names its case and its
-//! backend. Each test gets a fresh harness (a fresh database file or schema).
+//! [`store_suite!`], [`reconcile_suite!`], [`inbox_suite!`], [`fanout_store_suite!`],
+//! [`transport_suite!`] and [`ledger_suite!`] expand to one `#[tokio::test]` per case
+//! for a backend, so a failure names its case and its backend. Each test gets a fresh
+//! harness (a fresh database file or schema, a fresh ledger).
 
 pub mod accepting_ledger;
 pub mod auditor;
@@ -14,6 +15,8 @@ pub mod fixtures;
 pub mod forwarder;
 pub mod harness;
 pub mod inbox_cases;
+pub mod ledger_cases;
+pub mod ledger_harness;
 pub mod null_ledger;
 pub mod peak_rss;
 pub mod ports;
@@ -26,6 +29,7 @@ pub mod transport_cases;
 pub mod transport_harness;
 
 pub use harness::{FanoutStoreHarness, InboxHarness, ReconcileHarness, StoreHarness, ThroughDyn};
+pub use ledger_harness::{LedgerFault, LedgerHarness, PreparedRefusal};
 pub use transport_harness::{Destination, InjectedFault, ProbeConsumer, TransportHarness};
 
 /// Expands to one test per store case for `$harness` (a type implementing
@@ -205,6 +209,55 @@ macro_rules! transport_suite {
             async fn $case() {
                 let harness = <$harness as $crate::TransportHarness>::new().await;
                 $crate::transport_cases::$case(&harness).await;
+            }
+        )+
+    };
+}
+
+/// Expands to one test per ledger case for `$harness` (a type implementing
+/// [`LedgerHarness`]): the ledger conformance suite of docs/ADAPTERS.md#ledger.
+///
+/// From an adapter's own crate, with `outbox-testkit` as a dev-dependency:
+///
+/// ```ignore
+/// struct MyHarness { /* a fresh ledger per case */ }
+/// #[async_trait::async_trait]
+/// impl outbox_testkit::LedgerHarness for MyHarness { /* ... */ }
+/// outbox_testkit::ledger_suite!(MyHarness);
+/// ```
+///
+/// A case the adapter's capabilities or the harness cannot exercise (no ordered runs,
+/// no fault injection) passes after printing `skipped <case>: <why>`.
+#[macro_export]
+macro_rules! ledger_suite {
+    ($harness:ty) => {
+        $crate::ledger_suite!(@cases $harness;
+            a_repeated_post_creates_one_transaction,
+            a_replay_answers_the_original_transaction_id,
+            the_same_key_with_another_body_is_a_permanent_mismatch,
+            insufficient_funds_is_rejected_and_keeps_no_key,
+            every_refusal_the_ledger_names_is_rejected_and_keeps_no_key,
+            bulk_items_are_independent,
+            a_bulk_replay_answers_the_original_id_and_a_bulk_mismatch_is_permanent,
+            a_run_commits_every_element_in_order,
+            a_refusal_inside_a_run_rolls_it_back_and_keeps_no_key,
+            a_run_replays_an_element_already_posted,
+            a_failed_run_call_leaves_all_or_nothing,
+            revert_is_accepted_replayed_then_already_reverted,
+            reverting_an_unknown_transaction_is_a_permanent_not_found,
+            a_transaction_is_found_by_its_event_id_and_an_unknown_one_is_none,
+            aggregate_balances_are_signed_per_asset_and_empty_when_nothing_matches,
+            unavailable_and_throttled_are_transient_with_retry_after,
+            an_answer_lost_after_commit_is_transient_and_replays_on_retry,
+            rejection_notices_are_idempotent_and_found_per_event,
+        );
+    };
+    (@cases $harness:ty; $($case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let harness = <$harness as $crate::LedgerHarness>::new().await;
+                $crate::ledger_cases::$case(&harness).await;
             }
         )+
     };
