@@ -37,6 +37,7 @@ struct AccountMark {
     updated_at: DateTime<Utc>,
     volumes: BTreeMap<String, Volumes>,
     moves: BTreeMap<String, usize>,
+    latest_move: BTreeMap<String, DateTime<Utc>>,
     metadata: Metadata,
     metadata_history: usize,
 }
@@ -52,6 +53,7 @@ impl AccountMark {
                 .iter()
                 .map(|(asset, m)| (asset.clone(), m.len()))
                 .collect(),
+            latest_move: account.latest_move.clone(),
             metadata: account.metadata.clone(),
             metadata_history: account.metadata_history.len(),
         }
@@ -67,6 +69,7 @@ impl AccountMark {
         for (asset, moves) in &mut account.moves {
             moves.truncate(self.moves[asset]);
         }
+        account.latest_move = self.latest_move;
         account.metadata = self.metadata;
         account.metadata_history.truncate(self.metadata_history);
     }
