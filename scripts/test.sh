@@ -24,12 +24,32 @@ fi
 rabbitmqctl -q start_app >/dev/null 2>&1 || true
 rabbitmqctl -q await_startup --timeout 120
 
+step "NATS with JetStream on 127.0.0.1:4222 (installed and started if missing)"
+# The examples/nats-transport suite uses the shared server, and starts servers of its
+# own from this binary for its restart case.
+if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ]; then
+    apt-get install -y nats-server >/dev/null || { apt-get update >/dev/null && apt-get install -y nats-server >/dev/null; }
+fi
+export OUTBOX_NATS_SERVER="${OUTBOX_NATS_SERVER:-$(command -v nats-server || echo /usr/sbin/nats-server)}"
+if ! (exec 3<>/dev/tcp/127.0.0.1/4222) 2>/dev/null; then
+    nats_dir=/var/cache/ledger-outbox/nats
+    mkdir -p "$nats_dir/store"
+    "$OUTBOX_NATS_SERVER" -a 127.0.0.1 -p 4222 -js -sd "$nats_dir/store" -l "$nats_dir/nats-server.log" &
+    nats_pid=$!
+    for _ in $(seq 1 100); do
+        (exec 3<>/dev/tcp/127.0.0.1/4222) 2>/dev/null && break
+        sleep 0.1
+    done
+    (exec 3<>/dev/tcp/127.0.0.1/4222) 2>/dev/null || { echo "nats-server did not start (see $nats_dir/nats-server.log)" >&2; exit 1; }
+fi
+
 step "Kafka-protocol broker: Tansu 0.6.0 on 127.0.0.1:9092 (installed once into the cache)"
 export OUTBOX_TANSU_ROOT="${OUTBOX_TANSU_ROOT:-/var/cache/ledger-outbox/tansu}"
 bash scripts/tansu.sh install
 bash scripts/tansu.sh start 9092
 # Stops only a broker this script started (its PID file); a broker already running is left alone.
-trap 'bash scripts/tansu.sh stop 9092' EXIT
+# Likewise a nats-server this script started (its PID), never the machine's own.
+trap 'bash scripts/tansu.sh stop 9092; [ -n "${nats_pid:-}" ] && kill "$nats_pid" 2>/dev/null || true' EXIT
 export OUTBOX_KAFKA_BROKERS="${OUTBOX_KAFKA_BROKERS:-127.0.0.1:9092}"
 
 step "promtool for the alert rule tests (Debian's prometheus package, unpacked once into the cache)"

@@ -27,10 +27,12 @@ pub mod store_cases;
 pub mod tansu;
 pub mod transport_cases;
 pub mod transport_harness;
+pub mod transport_parts;
 
 pub use harness::{FanoutStoreHarness, InboxHarness, ReconcileHarness, StoreHarness, ThroughDyn};
 pub use ledger_harness::{LedgerFault, LedgerHarness, PreparedRefusal};
 pub use transport_harness::{Destination, InjectedFault, ProbeConsumer, TransportHarness};
+pub use transport_parts::{SqliteProbe, sqlite_fanout_store};
 
 /// Expands to one test per store case for `$harness` (a type implementing
 /// [`StoreHarness`]). Add `dyn` as a second argument to run the cases through
@@ -192,6 +194,12 @@ macro_rules! fanout_store_suite {
 
 /// Expands to one test per transport case for `$harness` (a type implementing
 /// [`TransportHarness`]). Publishers and subscribers are used as `Arc<dyn …>`.
+///
+/// Callable from any crate: the expansion names only this crate (`$crate`) and
+/// `tokio`, so the calling test crate needs `outbox-testkit` and `tokio` (features
+/// `macros`, `rt-multi-thread`) as dev-dependencies. Each case is also a `pub async fn`
+/// of [`transport_cases`], for a crate that prefers to write its tests by hand. How
+/// to write the harness: docs/ADAPTERS.md, "Transports".
 #[macro_export]
 macro_rules! transport_suite {
     ($harness:ty) => {

@@ -67,14 +67,26 @@ pub trait Destination: Send + Sync {
 }
 
 /// A transport under test. `new` is cheap; `destination` reaches the real service.
+///
+/// A transport crate implements `new` and `destination`; the database side has
+/// defaults (a SQLite fan-out store and a probe on the SQLite inbox, from
+/// [`crate::transport_parts`]) that a harness may override to run on another store.
+/// Run the cases with [`crate::transport_suite!`]; docs/ADAPTERS.md, "Transports".
 #[async_trait]
 pub trait TransportHarness: Send + Sync + Sized {
     async fn new() -> Self;
     /// A fresh destination; `restartable` ones may have their broker stopped and
-    /// started by the case. `Err` names the service that cannot be reached.
+    /// started by the case. `Err` names the service that cannot be reached: the case
+    /// is skipped, or fails when `OUTBOX_TEST_REQUIRE=1`.
     async fn destination(&self, restartable: bool) -> Result<Box<dyn Destination>, String>;
-    /// A fresh, real fan-out store for cases that drive the fan-out loop.
-    async fn fanout_store(&self) -> Arc<dyn FanoutStore>;
-    /// A fresh consumer with its own inbox.
-    async fn consumer(&self) -> Arc<dyn ProbeConsumer>;
+    /// A fresh, real fan-out store for cases that drive the fan-out loop; by default
+    /// [`sqlite_fanout_store`](crate::transport_parts::sqlite_fanout_store).
+    async fn fanout_store(&self) -> Arc<dyn FanoutStore> {
+        crate::transport_parts::sqlite_fanout_store().await
+    }
+    /// A fresh consumer with its own inbox; by default a
+    /// [`SqliteProbe`](crate::transport_parts::SqliteProbe).
+    async fn consumer(&self) -> Arc<dyn ProbeConsumer> {
+        crate::transport_parts::SqliteProbe::new().await
+    }
 }

@@ -3,19 +3,16 @@
 //! starts the shared broker's app (`rabbitmqctl stop_app` / `start_app`); the suite
 //! keeps it away from this binary's other cases.
 
-mod common;
-
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::hop2::{Probe, sqlite_fanout_store};
 use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
 use lapin::{Connection, ConnectionProperties};
-use outbox_core::{ErrorKind, FanoutStore, MessageKind, Publisher, Subscriber};
+use outbox_core::{ErrorKind, MessageKind, Publisher, Subscriber};
 use outbox_testkit::transport_cases::message;
-use outbox_testkit::{Destination, InjectedFault, ProbeConsumer, TransportHarness};
+use outbox_testkit::{Destination, InjectedFault, TransportHarness};
 use outbox_transport_amqp::{AmqpConfig, AmqpPublisher, AmqpSubscriber, Topology};
 
 struct AmqpHarness;
@@ -156,14 +153,6 @@ impl TransportHarness for AmqpHarness {
             config: quick(AmqpConfig::new(url, exchange)),
             restartable,
         }))
-    }
-
-    async fn fanout_store(&self) -> Arc<dyn FanoutStore> {
-        sqlite_fanout_store().await
-    }
-
-    async fn consumer(&self) -> Arc<dyn ProbeConsumer> {
-        Probe::new().await
     }
 }
 

@@ -1,18 +1,15 @@
 //! The transport conformance suite on HTTP: `HttpPublisher` → (a forwarder that can
 //! be cut) → `HttpSubscriber`, with the real SQLite inbox behind it.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::hop2::{Probe, sqlite_fanout_store};
-use outbox_core::{ErrorKind, FanoutStore, MessageKind, MessageSink, Publisher, Subscriber};
+use outbox_core::{ErrorKind, MessageKind, MessageSink, Publisher, Subscriber};
 use outbox_testkit::forwarder::TcpForwarder;
 use outbox_testkit::transport_cases::message;
-use outbox_testkit::{Destination, InjectedFault, ProbeConsumer, TransportHarness};
+use outbox_testkit::{Destination, InjectedFault, TransportHarness};
 use outbox_transport_http::{
     HttpPublisher, HttpSubscriber, MESSAGES_PATH, PublisherConfig, SubscriberConfig,
 };
@@ -73,7 +70,7 @@ impl Destination for HttpDestination {
             .expect("bind the fault subscriber");
         let live_addr = live.local_addr();
         let (stop, shutdown) = watch::channel(false);
-        let sink: Arc<dyn MessageSink> = Probe::new().await;
+        let sink: Arc<dyn MessageSink> = outbox_testkit::SqliteProbe::new().await;
         tokio::spawn(async move { live.run(sink, shutdown).await });
         *self.fault_server.lock().unwrap() = Some(stop);
         vec![
@@ -119,14 +116,6 @@ impl TransportHarness for HttpHarness {
             forwarder,
             fault_server: std::sync::Mutex::new(None),
         }))
-    }
-
-    async fn fanout_store(&self) -> Arc<dyn FanoutStore> {
-        sqlite_fanout_store().await
-    }
-
-    async fn consumer(&self) -> Arc<dyn ProbeConsumer> {
-        Probe::new().await
     }
 }
 

@@ -1,17 +1,14 @@
 //! The transport conformance suite on Kafka (a real Tansu broker): `KafkaPublisher`
 //! → topic → `KafkaSubscriber`, with the real SQLite inbox behind it.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::hop2::{Probe, sqlite_fanout_store};
-use outbox_core::{ErrorKind, FanoutStore, MessageKind, Publisher, Subscriber};
+use outbox_core::{ErrorKind, MessageKind, Publisher, Subscriber};
 use outbox_testkit::tansu::OwnBroker;
 use outbox_testkit::transport_cases::message;
-use outbox_testkit::{Destination, InjectedFault, ProbeConsumer, TransportHarness};
+use outbox_testkit::{Destination, InjectedFault, TransportHarness};
 use outbox_transport_kafka::{
     KafkaPublisher, KafkaSubscriber, PublisherConfig, SubscriberConfig, create_topic,
 };
@@ -149,14 +146,6 @@ impl TransportHarness for KafkaHarness {
             group: format!("outbox-suite-group-{suffix:x}"),
             own,
         }))
-    }
-
-    async fn fanout_store(&self) -> Arc<dyn FanoutStore> {
-        sqlite_fanout_store().await
-    }
-
-    async fn consumer(&self) -> Arc<dyn ProbeConsumer> {
-        Probe::new().await
     }
 }
 
