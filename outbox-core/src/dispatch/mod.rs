@@ -49,6 +49,10 @@ macro_rules! retry_transient {
     }};
 }
 
+/// Most records that wait behind a write in flight before the dispatcher waits for
+/// it: a slow store slows the relay down instead of filling its memory.
+const MAX_UNRECORDED: usize = 2_000;
+
 /// Whether [`Dispatcher::run`] keeps waiting for new events or stops when drained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunMode {
@@ -76,8 +80,11 @@ pub struct Dispatcher {
     /// A frontier position not yet saved as the cursor, and when the cursor was last saved.
     unsaved_cursor: Option<Position>,
     cursor_saved_at: Instant,
-    /// The previous round's records being written while the next round is sent.
+    /// Records being written while the next rounds are sent.
     recording: Option<tokio::task::JoinHandle<Result<()>>>,
+    /// Records of rounds answered while `recording` was still being written: they go
+    /// in the next write (group commit), so a round costs no store write of its own.
+    unrecorded: (Vec<DeliveryRecord>, Vec<NewException>),
     summary: Summary,
 }
 
@@ -126,6 +133,7 @@ impl Dispatcher {
             unsaved_cursor: None,
             cursor_saved_at: Instant::now(),
             recording: None,
+            unrecorded: (Vec::new(), Vec::new()),
             summary: Summary::default(),
         })
     }
@@ -279,10 +287,13 @@ impl Dispatcher {
     /// Records a round's answers: delivery rows first, then exceptions; moves heads.
     ///
     /// Accepted and replayed outcomes are idempotent in the ledger, so their records
-    /// are written while the next round is sent (a crash before they are durable
-    /// leaves the events in the uncertain window: re-sent alone, seen as replays). A
-    /// refusal is not: its record is durable before the round ends, and only then is
-    /// its notice sent (the next round) and its account allowed to move on.
+    /// are written while the next rounds are sent, rounds answered during one write
+    /// going together in the next (group commit: a hot account's rounds come faster
+    /// than a durable write). A crash before they are durable leaves the events in
+    /// the uncertain window: re-sent alone, seen as replays. The cursor is saved only
+    /// after them. A refusal is not idempotent: its record is durable before the
+    /// round ends, and only then is its notice sent (the next round) and its account
+    /// allowed to move on.
     async fn apply(&mut self, outcomes: Vec<(Pending, Result<Sent>)>) -> Result<()> {
         let mut records = Vec::with_capacity(outcomes.len());
         let mut exceptions = Vec::new();
@@ -405,11 +416,18 @@ impl Dispatcher {
                 }
             }
         }
-        self.finish_recording().await?;
+        self.unrecorded.0.extend(records);
+        self.unrecorded.1.extend(exceptions);
         if refusals {
-            write_records(self.store.as_ref(), &records, &exceptions).await?;
+            return self.finish_recording().await;
+        }
+        let writing = self.recording.as_ref().is_some_and(|t| !t.is_finished());
+        if writing && self.unrecorded.0.len() < MAX_UNRECORDED {
+            // The write in flight is not durable yet: these wait to join the next one.
             return Ok(());
         }
+        self.await_recording().await?;
+        let (records, exceptions) = std::mem::take(&mut self.unrecorded);
         let store = Arc::clone(&self.store);
         self.recording = Some(tokio::spawn(async move {
             write_records(store.as_ref(), &records, &exceptions).await
@@ -417,8 +435,19 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// Waits for the records in flight to be durable.
+    /// Makes every record so far durable: the write in flight, then what waited
+    /// behind it.
     async fn finish_recording(&mut self) -> Result<()> {
+        self.await_recording().await?;
+        let (records, exceptions) = std::mem::take(&mut self.unrecorded);
+        if records.is_empty() && exceptions.is_empty() {
+            return Ok(());
+        }
+        write_records(self.store.as_ref(), &records, &exceptions).await
+    }
+
+    /// Waits for the write in flight, if any.
+    async fn await_recording(&mut self) -> Result<()> {
         match self.recording.take() {
             Some(task) => task.await.map_err(|e| {
                 Error::new(ErrorKind::Internal, format!("recording task failed: {e}"))
