@@ -146,9 +146,18 @@ impl StoreCapabilities {
 ///
 /// # Contract
 /// - Event rows are immutable: nothing here updates or deletes them, and the database
-///   itself refuses UPDATE and DELETE of `outbox_events` and `outbox_deliveries`.
+///   itself refuses UPDATE and DELETE of `outbox_events` and `outbox_deliveries`, and
+///   of the exceptions and their resolutions (old records leave only by whole expired
+///   days under a retention permit, docs/ARCHITECTURE.md, "Retention").
 /// - [`Store::read_committed`] returns only committed events, in commit order, and never
 ///   skips an event that commits after an event with a higher position.
+/// - Per account, reads follow the sequence: an account's events come in sequence order,
+///   gapless from 1, never `n + 1` before `n`. The store's enqueue allocates the
+///   sequence in the caller's transaction under a lock held until commit (the account's
+///   counter row on PostgreSQL, the write lock on SQLite), so for one account commit
+///   order is sequence order (docs/ARCHITECTURE.md, "Invariant 1"). The dispatcher
+///   queues each account's events in the order read and posts them in it: a store that
+///   read an account out of sequence would reach the ledger out of sequence.
 /// - Positions are the store's own ([`crate::Position`]): it encodes them so that their
 ///   order is its commit order, and accepts back every position it handed out (read,
 ///   enqueued or loaded). A position another store made is refused with an error.

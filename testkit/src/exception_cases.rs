@@ -12,6 +12,7 @@ use outbox_core::{
 
 use crate::fixtures::account;
 use crate::harness::StoreHarness;
+use crate::tamper::{self, StoreTamper};
 
 /// The balance check's finding on merchant 4471's pending payouts: every optional
 /// field set, an amount beyond i64 and a negative one.
@@ -298,15 +299,21 @@ pub async fn exceptions_and_resolutions_refuse_update_and_delete<H: StoreHarness
         .resolve_exception(all[0].id, "alice", "explained")
         .await
         .expect("resolve");
-    for sql in [
-        "UPDATE exception_resolutions SET note = 'rewritten'",
-        "UPDATE exception_resolutions SET resolved_by = 'mallory'",
-        "DELETE FROM exception_resolutions",
-        "UPDATE exceptions SET detail = 'nothing to see'",
-        "DELETE FROM exceptions",
-    ] {
-        let err = h.execute_raw(sql).await.expect_err(sql);
-        assert_eq!(err.kind(), &ErrorKind::Immutable, "{sql}: {err}");
+    for (i, tamper) in StoreTamper::EXCEPTIONS.into_iter().enumerate() {
+        let answer = h.tamper(tamper).await;
+        // Only the first may be unsupported: a harness tries every tamper or none.
+        if i == 0
+            && tamper::skipped(
+                "exceptions_and_resolutions_refuse_update_and_delete",
+                &answer,
+            )
+        {
+            return;
+        }
+        let Err(err) = answer else {
+            panic!("{tamper:?} was not refused: {answer:?}");
+        };
+        assert_eq!(err.kind(), &ErrorKind::Immutable, "{tamper:?}: {err}");
     }
     let after = store.exceptions().await.expect("list");
     assert_eq!(after.len(), 2, "{after:#?}");

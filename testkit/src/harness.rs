@@ -8,9 +8,11 @@ use outbox_core::reconcile::balances::PostedHistory;
 use outbox_core::reconcile::completeness::CompletenessStore;
 use outbox_core::reconcile::sequences::InboxSequences;
 use outbox_core::{
-    Accepted, Exception, FanoutStore, GapAlarm, InboxEngine, InboxMessage, NewEvent, OutboxEvent,
-    Relay, Result, Store,
+    Accepted, Error, ErrorKind, Exception, FanoutStore, GapAlarm, InboxEngine, InboxMessage,
+    NewEvent, OutboxEvent, Relay, Result, Store,
 };
+
+use crate::tamper::{FanoutTamper, StoreTamper};
 
 /// A fresh, isolated store plus the transaction-bound operations the generic trait
 /// leaves to each store crate (enqueue runs on the store's native transaction type).
@@ -40,8 +42,34 @@ pub trait StoreHarness: Clone + Send + Sync + Sized + 'static {
     /// Enqueues on a connection of its own, one transaction, committed. Callable from
     /// many tasks at once.
     async fn enqueue_committed(&self, events: Vec<NewEvent>) -> Result<Vec<OutboxEvent>>;
-    /// Runs one SQL statement in its own transaction; returns the rows affected.
-    async fn execute_raw(&self, sql: &str) -> Result<u64>;
+    /// Tries `tamper` on the backend behind the store, the way another writer of the
+    /// database could (an operator's session, a bug), and answers what the backend
+    /// said: the records changed, or its error through the store crate's own error
+    /// mapping (the suite expects `Immutable`). Answer `Unsupported` only when nothing
+    /// but the store can reach the records (an in-memory store): the immutability
+    /// cases then pass after printing `skipped <case>: <why>`.
+    ///
+    /// The default runs [`StoreTamper::sql`], the statement for the in-tree schema,
+    /// through [`execute_raw`](Self::execute_raw).
+    async fn tamper(&self, tamper: StoreTamper) -> Result<u64> {
+        self.execute_raw(tamper.sql()).await
+    }
+    /// Runs one SQL statement in its own transaction, mapped by the store crate's own
+    /// error mapping; returns the rows affected. Used by the default
+    /// [`tamper`](Self::tamper) and by the reconciliation suite, which writes inbox
+    /// rows and retention permits with it. The default answers `Unsupported`: a
+    /// store that takes no SQL overrides `tamper` instead.
+    async fn execute_raw(&self, sql: &str) -> Result<u64> {
+        Err(no_sql(sql))
+    }
+}
+
+/// What the default `execute_raw` answers: this harness takes no SQL.
+fn no_sql(sql: &str) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!("this harness runs no SQL (asked: {sql})"),
+    )
 }
 
 /// A store harness whose store also answers the reconciliation checks' reads
@@ -102,12 +130,27 @@ pub trait FanoutStoreHarness: Clone + Send + Sync + Sized + 'static {
     fn dyn_store(&self) -> Arc<dyn FanoutStore> {
         Arc::new(self.store())
     }
+    /// Tries `tamper` on the backend behind the store, as
+    /// [`StoreHarness::tamper`] does for the relay-side store: answers the records
+    /// changed or the backend's error through the store crate's own mapping;
+    /// `Unsupported` only when nothing but the store can reach the records (the
+    /// immutability cases then pass after printing why).
+    ///
+    /// The default runs [`FanoutTamper::sql`], the statement for the in-tree schema,
+    /// through [`execute_raw`](Self::execute_raw).
+    async fn tamper(&self, tamper: FanoutTamper) -> Result<u64> {
+        self.execute_raw(tamper.sql()).await
+    }
     /// Runs one SQL statement in its own transaction, mapped by the store crate's own
-    /// error mapping; returns the rows affected.
-    async fn execute_raw(&self, sql: &str) -> Result<u64>;
-    /// Makes the database refuse every `fanout_messages` row whose `instruction_id` is
-    /// `instruction_id` (a test-only trigger or CHECK), so that one message of an
-    /// append fails inside the database, after the delivery id was written.
+    /// error mapping; returns the rows affected. In the suite only the default
+    /// [`tamper`](Self::tamper) uses it; the default answers `Unsupported`.
+    async fn execute_raw(&self, sql: &str) -> Result<u64> {
+        Err(no_sql(sql))
+    }
+    /// Makes the backend refuse to store every message whose `instruction_id` is
+    /// `instruction_id`, inside the store's own append (a test-only trigger or CHECK
+    /// on SQL), so that one message of an append fails after the delivery id was
+    /// written: the suite checks the whole append is then undone.
     async fn refuse_instruction(&self, instruction_id: &str);
     /// A store whose backend cannot be reached (no server listening, a database file
     /// locked by another writer beyond the busy timeout…). `Err` when opening it
@@ -135,6 +178,10 @@ impl<H: FanoutStoreHarness> FanoutStoreHarness for ThroughDyn<H> {
 
     async fn reopen(&self) -> Arc<dyn FanoutStore> {
         Arc::new(self.0.reopen().await)
+    }
+
+    async fn tamper(&self, tamper: FanoutTamper) -> Result<u64> {
+        self.0.tamper(tamper).await
     }
 
     async fn execute_raw(&self, sql: &str) -> Result<u64> {

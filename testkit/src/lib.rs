@@ -24,6 +24,7 @@ pub mod raw_drain;
 pub mod reconcile_cases;
 pub mod status_cases;
 pub mod store_cases;
+pub mod tamper;
 pub mod tansu;
 pub mod transport_cases;
 pub mod transport_harness;
@@ -31,12 +32,17 @@ pub mod transport_parts;
 
 pub use harness::{FanoutStoreHarness, InboxHarness, ReconcileHarness, StoreHarness, ThroughDyn};
 pub use ledger_harness::{LedgerFault, LedgerHarness, PreparedRefusal};
+pub use tamper::{FanoutTamper, StoreTamper};
 pub use transport_harness::{Destination, InjectedFault, ProbeConsumer, TransportHarness};
 pub use transport_parts::{SqliteProbe, sqlite_fanout_store};
 
 /// Expands to one test per store case for `$harness` (a type implementing
-/// [`StoreHarness`]). Add `dyn` as a second argument to run the cases through
-/// `Arc<dyn Store>` as well (the harness decides how).
+/// [`StoreHarness`]); the case `works_through_dyn_store` runs the store through
+/// `Arc<dyn Store>` ([`StoreHarness::dyn_store`]).
+///
+/// Callable from any crate: the calling test crate needs `outbox-testkit` and
+/// `tokio` (features `macros`, `rt-multi-thread`) as dev-dependencies. How to write
+/// the harness: docs/ADAPTERS.md, "Store and relay".
 #[macro_export]
 macro_rules! store_suite {
     ($harness:ty) => {
@@ -110,7 +116,12 @@ macro_rules! reconcile_suite {
     };
 }
 
-/// Expands to one test per inbox case for `$harness` (a type implementing [`InboxHarness`]).
+/// Expands to one test per inbox case for `$harness` (a type implementing [`InboxHarness`]),
+/// each on a current-thread runtime (inbox storage need not be `Send`).
+///
+/// Callable from any crate: the calling test crate needs `outbox-testkit` and `tokio`
+/// (features `macros`, `rt`) as dev-dependencies. How to write the harness:
+/// docs/ADAPTERS.md, "Inbox".
 #[macro_export]
 macro_rules! inbox_suite {
     ($harness:ty) => {
@@ -151,6 +162,10 @@ macro_rules! inbox_suite {
 ///
 /// Invoke it inside a module of its own: it also defines the type alias
 /// `FanoutSuiteHarness` there.
+///
+/// Callable from any crate: the calling test crate needs `outbox-testkit` and `tokio`
+/// (features `macros`, `rt-multi-thread`) as dev-dependencies. How to write the
+/// harness: docs/ADAPTERS.md, "Fan-out store (FanoutStore)".
 #[macro_export]
 macro_rules! fanout_store_suite {
     ($harness:ty) => {

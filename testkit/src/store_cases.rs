@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use crate::accepting_ledger::AcceptingLedger;
 use crate::fixtures::{account, payout};
 use crate::harness::StoreHarness;
+use crate::tamper::{self, StoreTamper};
 
 pub use crate::exception_cases::*;
 
@@ -148,14 +149,21 @@ pub async fn outbox_rows_and_deliveries_refuse_update_and_delete<H: StoreHarness
         )])
         .await
         .expect("delivery");
-    for sql in [
-        "UPDATE outbox_events SET account = 'tampered'",
-        "DELETE FROM outbox_events",
-        "UPDATE outbox_deliveries SET outcome = 'rejected'",
-        "DELETE FROM outbox_deliveries",
-    ] {
-        let err = h.execute_raw(sql).await.expect_err(sql);
-        assert_eq!(err.kind(), &ErrorKind::Immutable, "{sql}: {err}");
+    for (i, tamper) in StoreTamper::OUTBOX.into_iter().enumerate() {
+        let answer = h.tamper(tamper).await;
+        // Only the first may be unsupported: a harness tries every tamper or none.
+        if i == 0
+            && tamper::skipped(
+                "outbox_rows_and_deliveries_refuse_update_and_delete",
+                &answer,
+            )
+        {
+            return;
+        }
+        let Err(err) = answer else {
+            panic!("{tamper:?} was not refused: {answer:?}");
+        };
+        assert_eq!(err.kind(), &ErrorKind::Immutable, "{tamper:?}: {err}");
     }
     let mut relay = h.relay(&store, "immutability").await;
     let seen = drain(relay.as_mut()).await;

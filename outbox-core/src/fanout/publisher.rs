@@ -31,8 +31,10 @@ impl PublisherCapabilities {
 ///   order, each only once the broker or endpoint **confirmed** it (Kafka delivery
 ///   report with `acks=all`, AMQP publisher confirm, HTTP 2xx). Nothing is reported
 ///   `Ok` that could still be lost.
-/// - Messages of one account appear in the input in sequence order; unless
-///   `capabilities().ordered_pipeline`, there is at most one per account.
+/// - Messages of one account appear in the input in the fan-out store's position
+///   order, which is their sequence order unless a webhook reached the store late
+///   ([`super::FanoutStore`], "Contract"); unless `capabilities().ordered_pipeline`,
+///   there is at most one per account.
 /// - Errors carry a kind and a retry class: transient (broker down, Nack, 5xx, 429
 ///   with its `Retry-After`) is retried by the loop with backoff; permanent (unroutable,
 ///   4xx, message too large) dead-letters the message and parks its account (its later
@@ -43,7 +45,10 @@ impl PublisherCapabilities {
 pub trait Publisher: Send + Sync + 'static {
     /// The destination's identity: it names the cursor (and the dead letters) in the
     /// fan-out store, so it must be stable across restarts and differ for any two
-    /// destinations that receive separately: it includes the cluster or host, vhost,
+    /// destinations that receive separately (two destinations of one store under one
+    /// name would share one forward-only cursor, and the slower would lose messages;
+    /// the fan-out loop does not check it, `outbox fanout` refuses two `--to` with one
+    /// identity): it includes the cluster or host, vhost,
     /// topic, exchange or path, normalised, and never a credential
     /// (`kafka://b1:9092,b2:9092/ledger-events`,
     /// `amqp://rabbit:5672/%2F?exchange=ledger-events`, `https://host/path`).

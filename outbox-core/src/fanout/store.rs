@@ -48,7 +48,18 @@ pub struct AppendOutcome {
 /// - Positions are assigned so that a reader never sees position `p` committed after
 ///   it has read a higher one: `read_after(cursor)` must not skip a late commit.
 /// - `read_after` returns messages with `position > after`, ascending, at most `limit`.
-/// - Cursors are per transport name; `load_cursor` is 0 when none was saved. They
+/// - Per account, position order is append order: the store keeps the order the
+///   messages reached it and never sorts them by sequence. That is the account's
+///   sequence order as long as the ledger's webhooks arrive in order; a late one (a
+///   retried delivery, a message catch-up found missing) is stored after later
+///   sequences, and the consumer's inbox holds those until it arrives
+///   ([`crate::InboxEngine`]).
+/// - Cursors are per transport name; `load_cursor` is 0 when none was saved. A name is
+///   one destination: the store cannot tell apart two destinations given one name
+///   (they would move one forward-only cursor, and the slower would lose what the
+///   faster confirmed), so [`super::Publisher::name`] must be unique among the
+///   destinations of one store, and whoever runs several loops on a store checks it
+///   (`outbox fanout` refuses two `--to` with one identity). They
 ///   follow the relay-side cursor rule ([`crate::Store`], "Cursors") with `u64`
 ///   positions: monotonic (a save at or below the saved value succeeds and changes
 ///   nothing), durable when `save_cursor` returns, independent per name. The fan-out

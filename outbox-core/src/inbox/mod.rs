@@ -144,6 +144,19 @@ pub struct HeldGap {
 /// - `take_held` removes and returns the held message at exactly that sequence.
 /// - `record_exception` keeps the first of equal `(source, kind, account, sequence)`
 ///   and returns whether this one was new.
+/// - Nothing is durable on its own: every write commits or rolls back with the
+///   caller's transaction, so a handler failure or a crash before commit leaves no
+///   marker, no hold and no exception behind.
+/// - Several transactions of one consumer may run at once (workers sharing the
+///   consumer). The storage decides one account's messages one transaction at a
+///   time, and makes a redelivery racing its original wait for it: SQLite's single
+///   writer does both; `PgInbox` locks the account's high-water-mark row in
+///   `last_applied` and takes an advisory lock on (consumer, instruction id) in
+///   `processed_kind`. So two messages are never both applied at one sequence, and a
+///   redelivery is seen as a duplicate once its original committed.
+/// - Processed markers are append-only: the database refuses UPDATE and DELETE of them
+///   (old ones leave only by whole expired days under a retention permit,
+///   docs/ARCHITECTURE.md, "Retention"); the gap queue is mutable.
 ///
 /// The futures are not required to be `Send`: SQLite connections are not `Sync`.
 #[allow(async_fn_in_trait)]

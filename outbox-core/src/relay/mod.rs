@@ -12,6 +12,8 @@ use crate::error::Result;
 /// # Contract
 /// - [`Relay::next_batch`] returns events after the last one it returned (after the
 ///   saved cursor right after opening), in commit order, never one twice in a session.
+///   Per account that is sequence order, as the store reads it ([`crate::Store`],
+///   "Contract"); a relay never reorders within an account.
 /// - [`Relay::acknowledge`] saves `through` as the relay's cursor (named
 ///   [`Relay::name`]) in its store, by the store's cursor rule ([`crate::Store`],
 ///   "Cursors"): only forward, durable on return, fenced where the fleet fences. A
