@@ -6,6 +6,8 @@ use outbox_core::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::answer::Failure;
+
 /// What a client sends. Amounts are integers in the asset's minor units
 /// (`USD/2` `48500000` is $485,000.00): a JSON float is refused, never rounded.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -126,11 +128,50 @@ impl Payout {
         ))
     }
 
-    /// Whether a stored payout row is this same request (a client retry).
-    pub fn same_as(&self, merchant: &str, amount_minor: i64, asset: &str) -> bool {
-        self.merchant == merchant
-            && i64::try_from(self.amount.minor_units()) == Ok(amount_minor)
-            && self.asset.as_str() == asset
+    /// The answer when the payout id is already taken by `stored`: this same request
+    /// written before (a client retry), or another payout.
+    pub fn written_before(&self, stored: StoredPayout) -> Written {
+        let same = self.merchant == stored.merchant
+            && i64::try_from(self.amount.minor_units()) == Ok(stored.amount_minor)
+            && self.asset.as_str() == stored.asset;
+        if same {
+            Written::Again(PayoutAccepted {
+                payout_id: self.payout_id.clone(),
+                event_id: stored.event_id,
+                sequence: u64::try_from(stored.sequence).unwrap_or_default(),
+            })
+        } else {
+            Written::Conflict(format!(
+                "payout {} is already a payout of {} {} to merchant {}",
+                self.payout_id, stored.amount_minor, stored.asset, stored.merchant
+            ))
+        }
+    }
+}
+
+/// A row of the services' `payouts` table.
+#[derive(Debug, Clone)]
+pub struct StoredPayout {
+    pub merchant: String,
+    pub amount_minor: i64,
+    pub asset: String,
+    pub event_id: String,
+    pub sequence: i64,
+}
+
+impl Written {
+    /// The HTTP answer: 201 for a new payout, 200 for a retry, 409 for a taken id.
+    ///
+    /// # Errors
+    /// [`Failure::Conflict`] for a payout id taken by another payout.
+    pub fn answer(
+        self,
+    ) -> std::result::Result<(axum::http::StatusCode, axum::Json<PayoutAccepted>), Failure> {
+        match self {
+            Self::New(accepted) => Ok((axum::http::StatusCode::CREATED, axum::Json(accepted))),
+            Self::Again(accepted) => Ok((axum::http::StatusCode::OK, axum::Json(accepted))),
+            Self::Conflict(message) => Err(Failure::Conflict(message)),
+        }
     }
 }
 

@@ -14,7 +14,9 @@ use axum::{Json, Router};
 use clap::Parser;
 use outbox_core::Result;
 use outbox_example_payment_service::answer::Failure;
-use outbox_example_payment_service::payout::{Payout, PayoutAccepted, PayoutRequest, Written};
+use outbox_example_payment_service::payout::{
+    Payout, PayoutAccepted, PayoutRequest, StoredPayout, Written,
+};
 use outbox_example_payment_service::retry::with_retries;
 use outbox_store_postgres::{PgConfig, PgStore, enqueue, map_error};
 use sqlx::PgPool;
@@ -76,11 +78,7 @@ async fn create_payout(
 ) -> std::result::Result<(StatusCode, Json<PayoutAccepted>), Failure> {
     let Json(request) = body?;
     let payout = request.validate()?;
-    match with_retries(|| write(&pool, &payout)).await? {
-        Written::New(accepted) => Ok((StatusCode::CREATED, Json(accepted))),
-        Written::Again(accepted) => Ok((StatusCode::OK, Json(accepted))),
-        Written::Conflict(message) => Err(Failure::Conflict(message)),
-    }
+    with_retries(|| write(&pool, &payout)).await?.answer()
 }
 
 /// One transaction: the outbox event, then the payout row that names it. A payout
@@ -111,24 +109,18 @@ async fn write(pool: &PgPool, payout: &Payout) -> Result<Written> {
         }));
     }
     tx.rollback().await.map_err(map_error)?;
-    let (merchant, amount_minor, asset, event_id, sequence): (String, i64, String, String, i64) =
-        sqlx::query_as(
-            "SELECT merchant, amount_minor, asset, event_id, sequence FROM payouts WHERE payout_id = $1",
-        )
-        .bind(&payout.payout_id)
-        .fetch_one(pool)
-        .await
-        .map_err(map_error)?;
-    Ok(if payout.same_as(&merchant, amount_minor, &asset) {
-        Written::Again(PayoutAccepted {
-            payout_id: payout.payout_id.clone(),
-            event_id,
-            sequence: u64::try_from(sequence).unwrap_or_default(),
-        })
-    } else {
-        Written::Conflict(format!(
-            "payout {} is already a payout of {amount_minor} {asset} to merchant {merchant}",
-            payout.payout_id
-        ))
-    })
+    let (merchant, amount_minor, asset, event_id, sequence) = sqlx::query_as(
+        "SELECT merchant, amount_minor, asset, event_id, sequence FROM payouts WHERE payout_id = $1",
+    )
+    .bind(&payout.payout_id)
+    .fetch_one(pool)
+    .await
+    .map_err(map_error)?;
+    Ok(payout.written_before(StoredPayout {
+        merchant,
+        amount_minor,
+        asset,
+        event_id,
+        sequence,
+    }))
 }

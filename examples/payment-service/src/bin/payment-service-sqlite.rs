@@ -16,7 +16,9 @@ use axum::{Json, Router};
 use clap::Parser;
 use outbox_core::{Error, ErrorKind, Result};
 use outbox_example_payment_service::answer::Failure;
-use outbox_example_payment_service::payout::{Payout, PayoutAccepted, PayoutRequest, Written};
+use outbox_example_payment_service::payout::{
+    Payout, PayoutAccepted, PayoutRequest, StoredPayout, Written,
+};
 use outbox_example_payment_service::retry::with_retries;
 use outbox_store_sqlite::{SqliteConfig, connect, enqueue, map_error, migrate};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
@@ -83,11 +85,7 @@ async fn create_payout(
         }
     })
     .await?;
-    match written {
-        Written::New(accepted) => Ok((StatusCode::CREATED, Json(accepted))),
-        Written::Again(accepted) => Ok((StatusCode::OK, Json(accepted))),
-        Written::Conflict(message) => Err(Failure::Conflict(message)),
-    }
+    written.answer()
 }
 
 /// One transaction (taken for writing at once, so a busy file fails before any
@@ -97,27 +95,24 @@ fn write(conn: &mut Connection, payout: &Payout) -> Result<Written> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(map_error)?;
-    let existing: Option<(String, i64, String, String, i64)> = tx
+    let existing = tx
         .query_row(
             "SELECT merchant, amount_minor, asset, event_id, sequence FROM payouts WHERE payout_id = ?1",
             [&payout.payout_id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            |r| {
+                Ok(StoredPayout {
+                    merchant: r.get(0)?,
+                    amount_minor: r.get(1)?,
+                    asset: r.get(2)?,
+                    event_id: r.get(3)?,
+                    sequence: r.get(4)?,
+                })
+            },
         )
         .optional()
         .map_err(map_error)?;
-    if let Some((merchant, amount_minor, asset, event_id, sequence)) = existing {
-        return Ok(if payout.same_as(&merchant, amount_minor, &asset) {
-            Written::Again(PayoutAccepted {
-                payout_id: payout.payout_id.clone(),
-                event_id,
-                sequence: u64::try_from(sequence).unwrap_or_default(),
-            })
-        } else {
-            Written::Conflict(format!(
-                "payout {} is already a payout of {amount_minor} {asset} to merchant {merchant}",
-                payout.payout_id
-            ))
-        });
+    if let Some(stored) = existing {
+        return Ok(payout.written_before(stored));
     }
     let event = enqueue(&tx, &payout.event()?)?;
     tx.execute(
