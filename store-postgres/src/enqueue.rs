@@ -4,48 +4,78 @@ use outbox_core::{Error, ErrorKind, NewEvent, OutboxEvent};
 use sqlx::{Connection, PgConnection, Row};
 
 use crate::error::PgResultExt;
-use crate::notify::NOTIFY_CHANNEL;
-use crate::position::{PgPosition, parse_xid8, xid8_text};
+use crate::notify::{notify_channel, wakeup_lock_sql, wakeup_payload_sql};
+use crate::payload_split::SplitPayload;
+use crate::position::{PgPosition, parse_xid8};
 
-/// Checks the caller-supplied id and takes the account's next sequence, in one round
-/// trip.
+/// The whole enqueue in one statement (one round trip):
 ///
-/// - The duplicate check runs first, so a refused id writes nothing and the caller's
-///   transaction stays usable (no error is raised inside it).
-/// - The upsert locks the account's counter row until the caller's transaction ends:
-///   a second enqueue for the account waits here, so numbers are gapless and sequence
-///   order is commit order.
-/// - `last_txid` becomes greatest(previous, own xid), and that is the txid written on
+/// - `counter` takes the account's next sequence. The upsert locks the account's
+///   counter row until the caller's transaction ends: a second enqueue for the account
+///   waits here, so numbers are gapless and sequence order is commit order.
+///   `last_txid` becomes greatest(previous, own xid), and that is the txid written on
 ///   the row: when a transaction that got its xid earlier (it wrote the payout intent
 ///   first) waits here behind a younger one, its row must still sort after the younger
 ///   one's, or the (txid, position) reader would return sequence N+1 before N.
-const ALLOCATE: &str = "
-WITH duplicate AS (
-    SELECT 1 FROM outbox_events WHERE $2::uuid IS NOT NULL AND event_id = $2::uuid
-), counter AS (
+/// - `inserted` writes the row, its payload built from the two halves around the
+///   sequence digits ([`SplitPayload`]). A caller-supplied id takes the `ON CONFLICT`
+///   form: a duplicate inserts nothing (after waiting for a concurrent writer of the
+///   same id), and no error aborts the caller's transaction. A generated UUID v7 takes
+///   the plain insert: there is nothing to probe for.
+/// - `woken` queues the NOTIFY only while a polling relay waits for one
+///   (crate::notify, "the idle-period wake-up"): its LISTEN session then holds, or
+///   waits for, the exclusive wake-up lock, and the shared try fails. Otherwise the
+///   shared lock is held to the end of the caller's transaction, which is what lets a
+///   relay that starts waiting later know this commit is behind it. It runs after the
+///   insert (it reads the inserted row), so the transaction has its xid by then.
+macro_rules! enqueue_statement {
+    ($on_conflict:literal) => {
+        concat!(
+            "WITH counter AS (
     INSERT INTO outbox_sequences AS s (account, last_sequence, last_txid)
-    SELECT $1, 1, pg_current_xact_id()
-    WHERE NOT EXISTS (SELECT 1 FROM duplicate)
+    VALUES ($1, 1, pg_current_xact_id())
     ON CONFLICT (account) DO UPDATE
         SET last_sequence = s.last_sequence + 1,
             last_txid = greatest(s.last_txid, pg_current_xact_id())
     RETURNING last_sequence, last_txid
-)
-SELECT EXISTS (SELECT 1 FROM duplicate),
-       (SELECT last_sequence FROM counter),
-       (SELECT last_txid::text FROM counter)";
-
-/// Inserts the row and, when asked, queues the wake-up, which PostgreSQL delivers on
-/// commit only (and once per transaction, however many rows it enqueued).
-const INSERT: &str = "
-WITH inserted AS (
+), inserted AS (
     INSERT INTO outbox_events (event_id, account, sequence, payload, txid)
-    VALUES ($1, $2, $3, $4, $5::text::xid8)
+    SELECT $2, $1, last_sequence, $3::bytea || convert_to(last_sequence::text, 'UTF8') || $4::bytea, last_txid
+    FROM counter ",
+            $on_conflict,
+            "
     RETURNING position, created_at
-), notified AS (
-    SELECT pg_notify($6, '') WHERE $7::bool
+), woken AS (
+    SELECT pg_notify('",
+            notify_channel!(),
+            "', ",
+            wakeup_payload_sql!(),
+            ")
+    FROM inserted
+    WHERE CASE WHEN $5::bool THEN NOT pg_try_advisory_xact_lock_shared(",
+            wakeup_lock_sql!(),
+            ") ELSE false END
 )
-SELECT position, created_at FROM inserted LEFT JOIN notified ON true";
+SELECT c.last_sequence, c.last_txid::text AS txid, i.position, i.created_at
+FROM counter c LEFT JOIN inserted i ON true LEFT JOIN woken ON true"
+        )
+    };
+}
+
+/// [`enqueue_statement`] for an id enqueue generated (a fresh UUID v7).
+const ENQUEUE: &str = enqueue_statement!("");
+/// [`enqueue_statement`] for a caller-supplied id: a duplicate inserts nothing.
+const ENQUEUE_SUPPLIED_ID: &str = enqueue_statement!("ON CONFLICT (event_id) DO NOTHING");
+
+/// Gives back the number a refused duplicate took (the counter row this statement
+/// created goes; a taken number is handed back). The raised `last_txid` may stay: it
+/// is this transaction's own xid, which the account's next row must follow anyway.
+const RETURN_NUMBER: &str = "
+WITH created AS (
+    DELETE FROM outbox_sequences WHERE account = $1 AND $2::bigint = 1
+)
+UPDATE outbox_sequences SET last_sequence = $2::bigint - 1
+WHERE account = $1 AND last_sequence = $2::bigint AND $2::bigint > 1";
 
 /// How [`enqueue_with`] writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,62 +170,56 @@ async fn write(
     }
     let supplied = event.event_id;
     let event_id = supplied.unwrap_or_default();
+    // Encoded before anything is written: should it fail, nothing is.
+    let split = SplitPayload::encode(event, event_id)?;
 
-    let allocated = sqlx::query(ALLOCATE)
-        .bind(event.account.as_str())
-        .bind(supplied.map(|id| id.as_uuid()))
-        .fetch_one(&mut *conn)
-        .await
-        .storage()?;
-    if allocated.get::<bool, _>(0) {
-        return Err(Error::invalid(
-            "event_id",
-            format!("{event_id} is already enqueued"),
-        ));
-    }
-    let (Some(sequence), Some(txid)) = (
-        allocated.get::<Option<i64>, _>(1),
-        allocated.get::<Option<String>, _>(2),
-    ) else {
-        return Err(Error::new(
-            ErrorKind::Internal,
-            "the sequence counter returned no row",
-        ));
+    let statement = if supplied.is_some() {
+        ENQUEUE_SUPPLIED_ID
+    } else {
+        ENQUEUE
     };
-    let txid = parse_xid8("outbox_sequences.last_txid", &txid)?;
-    let sequence = u64::try_from(sequence).map_err(|_| {
-        Error::new(
-            ErrorKind::Internal,
-            format!("negative sequence counter {sequence}"),
-        )
-    })?;
-    // Cannot fail after validate() above; if it ever did, the caller's transaction
-    // holds a taken number and must be rolled back, which the error makes them do.
-    let payload = event.encode_as(event_id, sequence)?;
-
-    let inserted = sqlx::query(INSERT)
-        .bind(event_id.as_uuid())
+    let written = sqlx::query(statement)
         .bind(event.account.as_str())
-        .bind(sequence as i64)
-        .bind(payload.as_bytes())
-        .bind(xid8_text(txid))
-        .bind(NOTIFY_CHANNEL)
+        .bind(event_id.as_uuid())
+        .bind(&split.before)
+        .bind(&split.after)
         .bind(options.notify)
         .fetch_one(&mut *conn)
         .await
         .storage()
         .map_err(|e| e.with("event_id", event_id).with("account", &event.account))?;
+    let taken: i64 = written.get("last_sequence");
+    let Some(position) = written.get::<Option<i64>, _>("position") else {
+        // The id is already enqueued (committed, or earlier in this transaction).
+        sqlx::query(RETURN_NUMBER)
+            .bind(event.account.as_str())
+            .bind(taken)
+            .execute(&mut *conn)
+            .await
+            .storage()?;
+        return Err(Error::invalid(
+            "event_id",
+            format!("{event_id} is already enqueued"),
+        ));
+    };
+    let txid = parse_xid8("outbox_sequences.last_txid", written.get("txid"))?;
+    let sequence = u64::try_from(taken).map_err(|_| {
+        Error::new(
+            ErrorKind::Internal,
+            format!("negative sequence counter {taken}"),
+        )
+    })?;
     outbox_core::metrics::event_enqueued();
     Ok(OutboxEvent {
         position: PgPosition::Snapshot {
             txid,
-            row: inserted.get("position"),
+            row: position,
         }
         .encode(),
         event_id,
         account: event.account.clone(),
         sequence,
-        payload,
-        created_at: inserted.get("created_at"),
+        payload: split.with_sequence(sequence),
+        created_at: written.get("created_at"),
     })
 }

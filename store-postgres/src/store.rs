@@ -106,7 +106,8 @@ impl PgStore {
                 pool,
                 cursors: CursorTable::on_search_path(),
                 config,
-                wakeup: Wakeup::new(),
+                // Writers notify only while a relay waits (crate::notify).
+                wakeup: Wakeup::on_demand(),
                 listening: OnceCell::new(),
                 maintaining: OnceCell::new(),
                 stop,
