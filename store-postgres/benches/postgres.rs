@@ -2,26 +2,40 @@
 //!
 //! 1. Enqueue overhead: 8 concurrent clients (tasks with their own connections) run
 //!    (a) the payout intent alone, (b) intent + a plain same-size row (no sequence, no
-//!    constraints, no index), (c) intent + `enqueue`; and two diagnostics: (d) intent +
-//!    enqueue's counter upsert and row insert written by hand, without the duplicate
-//!    check and the NOTIFY, and (e) the same with `pg_notify` in the insert statement,
-//!    which isolates what the commit-time NOTIFY costs. Rounds interleave the variants
-//!    (in rotating order) so drift hits them alike. Goal: (c) ≤ 1.15 × (b).
+//!    constraints, no index), (c) intent + `enqueue` (no relay waits, so no NOTIFY);
+//!    (d) the hand-written reference: intent + enqueue's counter upsert and row insert
+//!    as one statement, bytes encoded beforehand, no duplicate check, no wake-up;
+//!    (e) (d) with `pg_notify` in the statement, which isolates what a commit-time
+//!    NOTIFY costs; (f) enqueue with `notify: false`; (g) intent + the INSERT of the
+//!    hand-rolled outbox teams write (a `processed` flag; section 5 drains it); (h)
+//!    enqueue while a relay waits idle (the bench holds the wake-up lock as its LISTEN
+//!    session would), so every commit notifies. Rounds interleave the variants (in
+//!    rotating order) so drift hits them alike. Goals: (c) ≤ 1.3 × (b), (c) ≤ 1.0 ×
+//!    (d), (c) ≤ 1.0 × (g).
 //! 2. Relay drain to a null HTTP ledger (answers 200 at once), bulk and single: the
 //!    dispatcher with the polling relay against a raw loop that runs the same SELECT
 //!    (`read_committed`) and posts the same bodies with the same parallelism, recording
 //!    nothing. Interleaved pairs. Goals: ≥ 25k events/s, relay ≥ 0.9 × raw.
 //! 3. Commit-to-ledger latency at a paced 1,000 events/s (one event per transaction),
-//!    for the polling relay woken by LISTEN/NOTIFY and for the CDC relay. Measured at
-//!    the null ledger: arrival time per event id against the time the producer saw its
-//!    commit return. Goal: p99 ≤ 25 ms.
+//!    for the polling relay with each wake-up option — (a) the default, NOTIFY only
+//!    while the relay waits; (a1) a NOTIFY in every transaction, as before; (a2) none —
+//!    and for the CDC relay. Measured at the null ledger: arrival time per event id
+//!    against the time the producer saw its commit return; beside it, how many commits
+//!    notified. Goals: p99 ≤ 5 ms at 1,000 events/s, ≤ 25 ms at 5,000.
 //! 4. Relay batch cost against table size: read, and read+relay, a fixed batch of new
 //!    events when the table already holds N older, relayed rows (cursor past them; half
 //!    in today's partition, half in the seven days before, with their delivery rows).
 //!    Goal: growth from the smallest to the largest N ≤ 1.1. Diagnostic beside it: one
 //!    batch read with the whole table as backlog (the cursor before every row).
+//! 5. Side by side with the hand-rolled outbox: the same 20,000 events over 1,000
+//!    accounts drained by our dispatcher (bulk, and `--no-bulk`) and by the pattern
+//!    teams write by hand (a `processed` flag, `SELECT … FOR UPDATE SKIP LOCKED LIMIT
+//!    500`, one POST per row, `UPDATE processed = true`, commit) with one worker and
+//!    with eight, to the null ledger; beside each, the events sent before their
+//!    account's previous one, counted from the null ledger's arrival record. Goals:
+//!    bulk ≥ 1.5 × eight workers, `--no-bulk` ≥ 1.5 × one worker, zero out of order.
 //!
-//! Sections 2 and 4 bulk-load their rows with one `INSERT … SELECT generate_series`
+//! Sections 2, 4 and 5 bulk-load their rows with one `INSERT … SELECT generate_series`
 //! per load (UUID v7 ids in the right daily partitions, continuing per-account
 //! sequences, payload bytes checked against enqueue's), so each load is one txid.
 //!
@@ -31,9 +45,10 @@
 //! runs older than an hour are swept at start.
 //!
 //! Run: `cargo bench -p outbox-store-postgres --bench postgres`, options after `--`:
-//! `--sections 1234`, `--clients 8 --rounds 8 --per-client 200 --accounts 1000`,
+//! `--sections 12345`, `--clients 8 --rounds 8 --per-client 200 --accounts 1000`,
 //! `--drain-events 40000 --reps 5`, `--rate 1000 --seconds 10 --warmup 1 --producers 4`,
-//! `--batch 5000 --batch-reps 5 --old 10000,1000000` (add `,10000000` for 10M rows).
+//! `--batch 5000 --batch-reps 5 --old 10000,1000000` (add `,10000000` for 10M rows),
+//! `--side-events 20000 --side-reps 3`.
 //! The server comes from `OUTBOX_BENCH_POSTGRES_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`; `wal_level=logical` for section 3).
 

@@ -80,12 +80,15 @@ WHERE account = $1 AND last_sequence = $2::bigint AND $2::bigint > 1";
 /// How [`enqueue_with`] writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EnqueueOptions {
-    /// `NOTIFY outbox_events` on commit, so polling relays wake at once (default).
+    /// Wake a polling relay that waits for new events (default): the transaction then
+    /// sends `NOTIFY outbox_events` on commit. While no relay waits (it is busy
+    /// reading, or none runs) nothing is sent, and the relay still finds the row at
+    /// once (see "LISTEN/NOTIFY" in the crate's README).
     ///
-    /// A notifying transaction takes a database-wide lock through its commit, so
-    /// notifying writers commit one at a time (measured: 1.48× the cost of the same
-    /// transaction without it, 8 clients). Writers with a CDC relay, or content with
-    /// the poll interval as latency, turn it off.
+    /// A notifying transaction takes a database-wide lock through its commit, which
+    /// is why only the writers that meet a waiting relay notify. `false` never
+    /// notifies: for writers whose relay is the CDC relay, or content with the poll
+    /// interval as latency while the relay is idle.
     pub notify: bool,
 }
 
@@ -101,28 +104,31 @@ impl Default for EnqueueOptions {
 /// The account's next sequence is allocated under a lock on its counter row that is
 /// held until the transaction ends, so a rollback leaves neither a row nor a gap and
 /// one account's enqueues commit in sequence order. The exact payload bytes the relay
-/// will send are stored. Relays are woken through `NOTIFY outbox_events` when the
-/// transaction commits.
+/// will send are stored. A polling relay that waits for events is woken through
+/// `NOTIFY outbox_events` when the transaction commits; one that is busy reads the
+/// row without it.
 ///
-/// Takes `&mut PgConnection` rather than a generic `Executor`: it runs two statements
-/// (the payload embeds the sequence, so the row cannot be written before the number
-/// is known), and an `Executor` is consumed by its first statement.
+/// One statement, one round trip: the counter, the row (whose payload embeds the
+/// sequence, put in place by SQL) and the wake-up. A refused duplicate id costs a
+/// second one. Takes `&mut PgConnection` rather than a generic `Executor`, since an
+/// `Executor` is consumed by its first statement.
 ///
 /// # Errors
 /// - `InvalidInput` naming the field when the event is invalid, or `event_id` when
 ///   the caller-supplied id is already enqueued (committed, or earlier in this
 ///   transaction); nothing has been written and the transaction stays usable. Should
-///   another transaction insert the same id concurrently, the insert waits for it and
-///   then fails with the same `InvalidInput`, but the transaction is then aborted.
+///   another transaction insert the same id concurrently, enqueue waits for it: when
+///   it commits the id is refused in the same way, when it rolls back the event is
+///   enqueued.
 /// - `InvalidInput { field: "transaction" }` outside a transaction. Only transactions
 ///   opened through sqlx (`begin()`) are recognised, not a raw `BEGIN` statement.
 /// - Storage errors; deadlocks, serialization failures and lock timeouts are
 ///   transient: roll back and run the whole transaction again.
 ///
 /// # Cancel safety
-/// Not cancel-safe on its own: dropping the future between its two statements leaves
-/// the sequence taken in the open transaction. Roll that transaction back (dropping a
-/// `sqlx::Transaction` does).
+/// Not cancel-safe on its own: dropping the future once its statement reached the
+/// server may leave the sequence taken in the open transaction. Roll that
+/// transaction back (dropping a `sqlx::Transaction` does).
 pub async fn enqueue(
     conn: &mut PgConnection,
     event: &NewEvent,

@@ -204,6 +204,11 @@ impl PgStore {
     /// The wake-up the LISTEN task signals, starting that task on first use. Returns
     /// once LISTEN is in place, so no commit after it is missed.
     ///
+    /// It is an on-demand wake-up (`Wakeup::on_demand`): writers notify only while a
+    /// relay waits on it through [`PollingRelay`], which says when it does (the
+    /// crate's README, "LISTEN/NOTIFY"). A loop of your own that waits on it without a
+    /// `PollingRelay` is not counted, and so not woken.
+    ///
     /// # Errors
     /// Storage errors while subscribing.
     pub async fn wakeup(&self) -> outbox_core::Result<Wakeup> {
