@@ -8,7 +8,8 @@ use crate::notify::{notify_channel, wakeup_lock_sql, wakeup_payload_sql};
 use crate::payload_split::SplitPayload;
 use crate::position::{PgPosition, parse_xid8};
 
-/// The whole enqueue in one statement (one round trip):
+/// The whole enqueue in one statement (one round trip), shaped like the statement a
+/// team would write by hand (one CTE, one insert):
 ///
 /// - `counter` takes the account's next sequence. The upsert locks the account's
 ///   counter row until the caller's transaction ends: a second enqueue for the account
@@ -17,17 +18,18 @@ use crate::position::{PgPosition, parse_xid8};
 ///   the row: when a transaction that got its xid earlier (it wrote the payout intent
 ///   first) waits here behind a younger one, its row must still sort after the younger
 ///   one's, or the (txid, position) reader would return sequence N+1 before N.
-/// - `inserted` writes the row, its payload built from the two halves around the
+/// - The insert writes the row, its payload built from the two halves around the
 ///   sequence digits ([`SplitPayload`]). A caller-supplied id takes the `ON CONFLICT`
-///   form: a duplicate inserts nothing (after waiting for a concurrent writer of the
-///   same id), and no error aborts the caller's transaction. A generated UUID v7 takes
-///   the plain insert: there is nothing to probe for.
-/// - `woken` queues the NOTIFY only while a polling relay waits for one
-///   (crate::notify, "the idle-period wake-up"): its LISTEN session then holds, or
-///   waits for, the exclusive wake-up lock, and the shared try fails. Otherwise the
-///   shared lock is held to the end of the caller's transaction, which is what lets a
-///   relay that starts waiting later know this commit is behind it. It runs after the
-///   insert (it reads the inserted row), so the transaction has its xid by then.
+///   form: a duplicate inserts nothing and returns no row (after waiting for a
+///   concurrent writer of the same id), and no error aborts the caller's transaction.
+///   A generated UUID v7 takes the plain insert: there is nothing to probe for.
+/// - `notified`, computed once the row is in (so the transaction has its xid), queues
+///   the NOTIFY only while a polling relay waits for one (crate::notify, "the
+///   idle-period wake-up"): its LISTEN session then holds, or queues for, the
+///   exclusive wake-up lock, and the shared try fails. Otherwise the shared lock is
+///   held to the end of the caller's transaction, which is what lets a relay that
+///   starts waiting later know this commit is behind it. `CASE` fixes the order: no
+///   lock is tried when `notify` is off.
 macro_rules! enqueue_statement {
     ($on_conflict:literal) => {
         concat!(
@@ -38,26 +40,23 @@ macro_rules! enqueue_statement {
         SET last_sequence = s.last_sequence + 1,
             last_txid = greatest(s.last_txid, pg_current_xact_id())
     RETURNING last_sequence, last_txid
-), inserted AS (
-    INSERT INTO outbox_events (event_id, account, sequence, payload, txid)
-    SELECT $2, $1, last_sequence, $3::bytea || convert_to(last_sequence::text, 'UTF8') || $4::bytea, last_txid
-    FROM counter ",
+)
+INSERT INTO outbox_events (event_id, account, sequence, payload, txid)
+SELECT $2, $1, last_sequence, $3::bytea || convert_to(last_sequence::text, 'UTF8') || $4::bytea, last_txid
+FROM counter ",
             $on_conflict,
             "
-    RETURNING position, created_at
-), woken AS (
-    SELECT pg_notify('",
+RETURNING sequence, txid::text AS txid, position, created_at,
+    CASE WHEN NOT $5::bool THEN false
+         WHEN pg_try_advisory_xact_lock_shared(",
+            wakeup_lock_sql!(),
+            ") THEN false
+         ELSE pg_notify('",
             notify_channel!(),
             "', ",
             wakeup_payload_sql!(),
-            ")
-    FROM inserted
-    WHERE CASE WHEN $5::bool THEN NOT pg_try_advisory_xact_lock_shared(",
-            wakeup_lock_sql!(),
-            ") ELSE false END
-)
-SELECT c.last_sequence, c.last_txid::text AS txid, i.position, i.created_at
-FROM counter c LEFT JOIN inserted i ON true LEFT JOIN woken ON true"
+            ") IS NOT NULL
+    END AS notified"
         )
     };
 }
@@ -67,15 +66,17 @@ const ENQUEUE: &str = enqueue_statement!("");
 /// [`enqueue_statement`] for a caller-supplied id: a duplicate inserts nothing.
 const ENQUEUE_SUPPLIED_ID: &str = enqueue_statement!("ON CONFLICT (event_id) DO NOTHING");
 
-/// Gives back the number a refused duplicate took (the counter row this statement
-/// created goes; a taken number is handed back). The raised `last_txid` may stay: it
-/// is this transaction's own xid, which the account's next row must follow anyway.
+/// Gives back the number a refused duplicate took, in the same transaction and under
+/// the counter row's lock, so it is the latest one: the counter row goes if the
+/// statement created it (number 1), else it steps back. The raised `last_txid` may
+/// stay: it is this transaction's own xid, which the account's next row must follow
+/// anyway.
 const RETURN_NUMBER: &str = "
 WITH created AS (
-    DELETE FROM outbox_sequences WHERE account = $1 AND $2::bigint = 1
+    DELETE FROM outbox_sequences WHERE account = $1 AND last_sequence = 1
 )
-UPDATE outbox_sequences SET last_sequence = $2::bigint - 1
-WHERE account = $1 AND last_sequence = $2::bigint AND $2::bigint > 1";
+UPDATE outbox_sequences SET last_sequence = last_sequence - 1
+WHERE account = $1 AND last_sequence > 1";
 
 /// How [`enqueue_with`] writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,16 +191,14 @@ async fn write(
         .bind(&split.before)
         .bind(&split.after)
         .bind(options.notify)
-        .fetch_one(&mut *conn)
+        .fetch_optional(&mut *conn)
         .await
         .storage()
         .map_err(|e| e.with("event_id", event_id).with("account", &event.account))?;
-    let taken: i64 = written.get("last_sequence");
-    let Some(position) = written.get::<Option<i64>, _>("position") else {
+    let Some(written) = written else {
         // The id is already enqueued (committed, or earlier in this transaction).
         sqlx::query(RETURN_NUMBER)
             .bind(event.account.as_str())
-            .bind(taken)
             .execute(&mut *conn)
             .await
             .storage()?;
@@ -208,18 +207,15 @@ async fn write(
             format!("{event_id} is already enqueued"),
         ));
     };
-    let txid = parse_xid8("outbox_sequences.last_txid", written.get("txid"))?;
-    let sequence = u64::try_from(taken).map_err(|_| {
-        Error::new(
-            ErrorKind::Internal,
-            format!("negative sequence counter {taken}"),
-        )
-    })?;
+    let taken: i64 = written.get("sequence");
+    let txid = parse_xid8("outbox_events.txid", written.get("txid"))?;
+    let sequence = u64::try_from(taken)
+        .map_err(|_| Error::new(ErrorKind::Internal, format!("negative sequence {taken}")))?;
     outbox_core::metrics::event_enqueued();
     Ok(OutboxEvent {
         position: PgPosition::Snapshot {
             txid,
-            row: position,
+            row: written.get("position"),
         }
         .encode(),
         event_id,
