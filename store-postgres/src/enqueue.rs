@@ -4,58 +4,92 @@ use outbox_core::{Error, ErrorKind, NewEvent, OutboxEvent};
 use sqlx::{Connection, PgConnection, Row};
 
 use crate::error::PgResultExt;
-use crate::notify::NOTIFY_CHANNEL;
-use crate::position::{PgPosition, parse_xid8, xid8_text};
+use crate::notify::{notify_channel, wakeup_lock_sql, wakeup_payload_sql};
+use crate::payload_split::SplitPayload;
+use crate::position::{PgPosition, parse_xid8};
 
-/// Checks the caller-supplied id and takes the account's next sequence, in one round
-/// trip.
+/// The whole enqueue in one statement (one round trip), shaped like the statement a
+/// team would write by hand (one CTE, one insert):
 ///
-/// - The duplicate check runs first, so a refused id writes nothing and the caller's
-///   transaction stays usable (no error is raised inside it).
-/// - The upsert locks the account's counter row until the caller's transaction ends:
-///   a second enqueue for the account waits here, so numbers are gapless and sequence
-///   order is commit order.
-/// - `last_txid` becomes greatest(previous, own xid), and that is the txid written on
+/// - `counter` takes the account's next sequence. The upsert locks the account's
+///   counter row until the caller's transaction ends: a second enqueue for the account
+///   waits here, so numbers are gapless and sequence order is commit order.
+///   `last_txid` becomes greatest(previous, own xid), and that is the txid written on
 ///   the row: when a transaction that got its xid earlier (it wrote the payout intent
 ///   first) waits here behind a younger one, its row must still sort after the younger
 ///   one's, or the (txid, position) reader would return sequence N+1 before N.
-const ALLOCATE: &str = "
-WITH duplicate AS (
-    SELECT 1 FROM outbox_events WHERE $2::uuid IS NOT NULL AND event_id = $2::uuid
-), counter AS (
+/// - The insert writes the row, its payload built from the two halves around the
+///   sequence digits ([`SplitPayload`]). A caller-supplied id takes the `ON CONFLICT`
+///   form: a duplicate inserts nothing and returns no row (after waiting for a
+///   concurrent writer of the same id), and no error aborts the caller's transaction.
+///   A generated UUID v7 takes the plain insert: there is nothing to probe for.
+/// - `notified`, computed once the row is in (so the transaction has its xid), queues
+///   the NOTIFY only while a polling relay waits for one (crate::notify, "the
+///   idle-period wake-up"): its LISTEN session then holds, or queues for, the
+///   exclusive wake-up lock, and the shared try fails. Otherwise the shared lock is
+///   held to the end of the caller's transaction, which is what lets a relay that
+///   starts waiting later know this commit is behind it. `CASE` fixes the order: no
+///   lock is tried when `notify` is off.
+macro_rules! enqueue_statement {
+    ($on_conflict:literal) => {
+        concat!(
+            "WITH counter AS (
     INSERT INTO outbox_sequences AS s (account, last_sequence, last_txid)
-    SELECT $1, 1, pg_current_xact_id()
-    WHERE NOT EXISTS (SELECT 1 FROM duplicate)
+    VALUES ($1, 1, pg_current_xact_id())
     ON CONFLICT (account) DO UPDATE
         SET last_sequence = s.last_sequence + 1,
             last_txid = greatest(s.last_txid, pg_current_xact_id())
     RETURNING last_sequence, last_txid
 )
-SELECT EXISTS (SELECT 1 FROM duplicate),
-       (SELECT last_sequence FROM counter),
-       (SELECT last_txid::text FROM counter)";
+INSERT INTO outbox_events (event_id, account, sequence, payload, txid)
+SELECT $2, $1, last_sequence, $3::bytea || convert_to(last_sequence::text, 'UTF8') || $4::bytea, last_txid
+FROM counter ",
+            $on_conflict,
+            "
+RETURNING sequence, txid::text AS txid, position, created_at,
+    CASE WHEN NOT $5::bool THEN false
+         WHEN pg_try_advisory_xact_lock_shared(",
+            wakeup_lock_sql!(),
+            ") THEN false
+         ELSE pg_notify('",
+            notify_channel!(),
+            "', ",
+            wakeup_payload_sql!(),
+            ") IS NOT NULL
+    END AS notified"
+        )
+    };
+}
 
-/// Inserts the row and, when asked, queues the wake-up, which PostgreSQL delivers on
-/// commit only (and once per transaction, however many rows it enqueued).
-const INSERT: &str = "
-WITH inserted AS (
-    INSERT INTO outbox_events (event_id, account, sequence, payload, txid)
-    VALUES ($1, $2, $3, $4, $5::text::xid8)
-    RETURNING position, created_at
-), notified AS (
-    SELECT pg_notify($6, '') WHERE $7::bool
+/// [`enqueue_statement`] for an id enqueue generated (a fresh UUID v7).
+const ENQUEUE: &str = enqueue_statement!("");
+/// [`enqueue_statement`] for a caller-supplied id: a duplicate inserts nothing.
+const ENQUEUE_SUPPLIED_ID: &str = enqueue_statement!("ON CONFLICT (event_id) DO NOTHING");
+
+/// Gives back the number a refused duplicate took, in the same transaction and under
+/// the counter row's lock, so it is the latest one: the counter row goes if the
+/// statement created it (number 1), else it steps back. The raised `last_txid` may
+/// stay: it is this transaction's own xid, which the account's next row must follow
+/// anyway.
+const RETURN_NUMBER: &str = "
+WITH created AS (
+    DELETE FROM outbox_sequences WHERE account = $1 AND last_sequence = 1
 )
-SELECT position, created_at FROM inserted LEFT JOIN notified ON true";
+UPDATE outbox_sequences SET last_sequence = last_sequence - 1
+WHERE account = $1 AND last_sequence > 1";
 
 /// How [`enqueue_with`] writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EnqueueOptions {
-    /// `NOTIFY outbox_events` on commit, so polling relays wake at once (default).
+    /// Wake a polling relay that waits for new events (default): the transaction then
+    /// sends `NOTIFY outbox_events` on commit. While no relay waits (it is busy
+    /// reading, or none runs) nothing is sent, and the relay still finds the row at
+    /// once (see "LISTEN/NOTIFY" in the crate's README).
     ///
-    /// A notifying transaction takes a database-wide lock through its commit, so
-    /// notifying writers commit one at a time (measured: 1.48× the cost of the same
-    /// transaction without it, 8 clients). Writers with a CDC relay, or content with
-    /// the poll interval as latency, turn it off.
+    /// A notifying transaction takes a database-wide lock through its commit, which
+    /// is why only the writers that meet a waiting relay notify. `false` never
+    /// notifies: for writers whose relay is the CDC relay, or content with the poll
+    /// interval as latency while the relay is idle.
     pub notify: bool,
 }
 
@@ -71,28 +105,31 @@ impl Default for EnqueueOptions {
 /// The account's next sequence is allocated under a lock on its counter row that is
 /// held until the transaction ends, so a rollback leaves neither a row nor a gap and
 /// one account's enqueues commit in sequence order. The exact payload bytes the relay
-/// will send are stored. Relays are woken through `NOTIFY outbox_events` when the
-/// transaction commits.
+/// will send are stored. A polling relay that waits for events is woken through
+/// `NOTIFY outbox_events` when the transaction commits; one that is busy reads the
+/// row without it.
 ///
-/// Takes `&mut PgConnection` rather than a generic `Executor`: it runs two statements
-/// (the payload embeds the sequence, so the row cannot be written before the number
-/// is known), and an `Executor` is consumed by its first statement.
+/// One statement, one round trip: the counter, the row (whose payload embeds the
+/// sequence, put in place by SQL) and the wake-up. A refused duplicate id costs a
+/// second one. Takes `&mut PgConnection` rather than a generic `Executor`, since an
+/// `Executor` is consumed by its first statement.
 ///
 /// # Errors
 /// - `InvalidInput` naming the field when the event is invalid, or `event_id` when
 ///   the caller-supplied id is already enqueued (committed, or earlier in this
 ///   transaction); nothing has been written and the transaction stays usable. Should
-///   another transaction insert the same id concurrently, the insert waits for it and
-///   then fails with the same `InvalidInput`, but the transaction is then aborted.
+///   another transaction insert the same id concurrently, enqueue waits for it: when
+///   it commits the id is refused in the same way, when it rolls back the event is
+///   enqueued.
 /// - `InvalidInput { field: "transaction" }` outside a transaction. Only transactions
 ///   opened through sqlx (`begin()`) are recognised, not a raw `BEGIN` statement.
 /// - Storage errors; deadlocks, serialization failures and lock timeouts are
 ///   transient: roll back and run the whole transaction again.
 ///
 /// # Cancel safety
-/// Not cancel-safe on its own: dropping the future between its two statements leaves
-/// the sequence taken in the open transaction. Roll that transaction back (dropping a
-/// `sqlx::Transaction` does).
+/// Not cancel-safe on its own: dropping the future once its statement reached the
+/// server may leave the sequence taken in the open transaction. Roll that
+/// transaction back (dropping a `sqlx::Transaction` does).
 pub async fn enqueue(
     conn: &mut PgConnection,
     event: &NewEvent,
@@ -140,62 +177,51 @@ async fn write(
     }
     let supplied = event.event_id;
     let event_id = supplied.unwrap_or_default();
+    // Encoded before anything is written: should it fail, nothing is.
+    let split = SplitPayload::encode(event, event_id)?;
 
-    let allocated = sqlx::query(ALLOCATE)
+    let statement = if supplied.is_some() {
+        ENQUEUE_SUPPLIED_ID
+    } else {
+        ENQUEUE
+    };
+    let written = sqlx::query(statement)
         .bind(event.account.as_str())
-        .bind(supplied.map(|id| id.as_uuid()))
-        .fetch_one(&mut *conn)
+        .bind(event_id.as_uuid())
+        .bind(&split.before)
+        .bind(&split.after)
+        .bind(options.notify)
+        .fetch_optional(&mut *conn)
         .await
-        .storage()?;
-    if allocated.get::<bool, _>(0) {
+        .storage()
+        .map_err(|e| e.with("event_id", event_id).with("account", &event.account))?;
+    let Some(written) = written else {
+        // The id is already enqueued (committed, or earlier in this transaction).
+        sqlx::query(RETURN_NUMBER)
+            .bind(event.account.as_str())
+            .execute(&mut *conn)
+            .await
+            .storage()?;
         return Err(Error::invalid(
             "event_id",
             format!("{event_id} is already enqueued"),
         ));
-    }
-    let (Some(sequence), Some(txid)) = (
-        allocated.get::<Option<i64>, _>(1),
-        allocated.get::<Option<String>, _>(2),
-    ) else {
-        return Err(Error::new(
-            ErrorKind::Internal,
-            "the sequence counter returned no row",
-        ));
     };
-    let txid = parse_xid8("outbox_sequences.last_txid", &txid)?;
-    let sequence = u64::try_from(sequence).map_err(|_| {
-        Error::new(
-            ErrorKind::Internal,
-            format!("negative sequence counter {sequence}"),
-        )
-    })?;
-    // Cannot fail after validate() above; if it ever did, the caller's transaction
-    // holds a taken number and must be rolled back, which the error makes them do.
-    let payload = event.encode_as(event_id, sequence)?;
-
-    let inserted = sqlx::query(INSERT)
-        .bind(event_id.as_uuid())
-        .bind(event.account.as_str())
-        .bind(sequence as i64)
-        .bind(payload.as_bytes())
-        .bind(xid8_text(txid))
-        .bind(NOTIFY_CHANNEL)
-        .bind(options.notify)
-        .fetch_one(&mut *conn)
-        .await
-        .storage()
-        .map_err(|e| e.with("event_id", event_id).with("account", &event.account))?;
+    let taken: i64 = written.get("sequence");
+    let txid = parse_xid8("outbox_events.txid", written.get("txid"))?;
+    let sequence = u64::try_from(taken)
+        .map_err(|_| Error::new(ErrorKind::Internal, format!("negative sequence {taken}")))?;
     outbox_core::metrics::event_enqueued();
     Ok(OutboxEvent {
         position: PgPosition::Snapshot {
             txid,
-            row: inserted.get("position"),
+            row: written.get("position"),
         }
         .encode(),
         event_id,
         account: event.account.clone(),
         sequence,
-        payload,
-        created_at: inserted.get("created_at"),
+        payload: split.with_sequence(sequence),
+        created_at: written.get("created_at"),
     })
 }

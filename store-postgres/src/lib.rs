@@ -16,6 +16,7 @@ mod horizon;
 mod inbox;
 mod notify;
 pub mod partitions;
+mod payload_split;
 mod position;
 mod reconcile;
 mod relay_lock;

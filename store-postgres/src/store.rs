@@ -106,7 +106,8 @@ impl PgStore {
                 pool,
                 cursors: CursorTable::on_search_path(),
                 config,
-                wakeup: Wakeup::new(),
+                // Writers notify only while a relay waits (crate::notify).
+                wakeup: Wakeup::on_demand(),
                 listening: OnceCell::new(),
                 maintaining: OnceCell::new(),
                 stop,
@@ -202,6 +203,11 @@ impl PgStore {
 
     /// The wake-up the LISTEN task signals, starting that task on first use. Returns
     /// once LISTEN is in place, so no commit after it is missed.
+    ///
+    /// It is an on-demand wake-up (`Wakeup::on_demand`): writers notify only while a
+    /// relay waits on it through [`PollingRelay`], which says when it does (the
+    /// crate's README, "LISTEN/NOTIFY"). A loop of your own that waits on it without a
+    /// `PollingRelay` is not counted, and so not woken.
     ///
     /// # Errors
     /// Storage errors while subscribing.

@@ -120,6 +120,63 @@ async fn a_concurrent_duplicate_id_is_refused_after_the_first_commits() {
     );
 }
 
+/// The same id from two open transactions, where the second goes on: refused once the
+/// first commits, its transaction stays usable and the refused event gave its number
+/// back; when the first rolls back instead, the second's event is the one stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrent_duplicate_leaves_the_waiting_transaction_usable() {
+    let Some(db) = open_store().await else { return };
+    for first_commits in [true, false] {
+        let id = outbox_core::EventId::new();
+        let account = if first_commits {
+            "commits"
+        } else {
+            "rolls-back"
+        };
+        let mut first = db.pool().begin().await.unwrap();
+        enqueue(&mut first, &payout(account, 1).with_event_id(id))
+            .await
+            .unwrap();
+
+        let mut second = db.pool().begin().await.unwrap();
+        let second_pid = backend_pid(&mut second).await;
+        let racer = tokio::spawn(async move {
+            let raced = enqueue(&mut second, &payout("racer", 1).with_event_id(id)).await;
+            let next = enqueue(&mut second, &payout("racer", 2)).await;
+            second.commit().await.unwrap();
+            (raced, next)
+        });
+        wait_until_blocked(db.pool(), second_pid).await;
+        if first_commits {
+            first.commit().await.unwrap();
+        } else {
+            first.rollback().await.unwrap();
+        }
+        let (raced, next) = racer.await.unwrap();
+        let next = next.expect("the waiting transaction was no longer usable");
+        if first_commits {
+            let err = raced.expect_err("the duplicate was stored");
+            assert_eq!(err.field(), Some("event_id"), "{err}");
+            assert_eq!(next.sequence, 1, "the refused event kept its number");
+            let mut tx = db.pool().begin().await.unwrap();
+            let again = enqueue(&mut tx, &payout("racer", 3)).await.unwrap();
+            tx.rollback().await.unwrap();
+            assert_eq!(again.sequence, 2, "the counter lost the committed event");
+        } else {
+            let stored = raced.expect("the id was free once the first rolled back");
+            assert_eq!((stored.event_id, stored.sequence), (id, 2));
+            assert_eq!(next.sequence, 3);
+        }
+        let stored: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE event_id = $1")
+                .bind(id.as_uuid())
+                .fetch_one(db.pool())
+                .await
+                .unwrap();
+        assert_eq!(stored, 1);
+    }
+}
+
 #[tokio::test]
 async fn a_lock_timeout_on_the_counter_is_transient() {
     let Some(db) = open_store().await else { return };

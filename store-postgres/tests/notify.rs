@@ -236,3 +236,146 @@ async fn enqueue_without_notify_is_found_by_polling() {
     }
     assert_eq!(found, vec![stored]);
 }
+
+use outbox_store_postgres::NOTIFY_CHANNEL;
+
+/// A session of its own listening on the outbox channel, and the payload that names
+/// this store's outbox (the table's oid).
+async fn observer(db: &common::TestDb) -> (sqlx::postgres::PgListener, String) {
+    let mut listener = sqlx::postgres::PgListener::connect_with(db.pool())
+        .await
+        .unwrap();
+    listener.listen(NOTIFY_CHANNEL).await.unwrap();
+    let ours: String = sqlx::query_scalar("SELECT 'outbox_events'::regclass::oid::text")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    (listener, ours)
+}
+
+/// How many notifications naming this outbox the observer got before a marker sent
+/// now: notifications arrive in commit order, so the marker comes after every one of
+/// a transaction that committed before this call. (Other outboxes on the server's
+/// database, other tests' and older writers' with an empty payload, are not counted.)
+async fn ours_before_marker(
+    observer: &mut sqlx::postgres::PgListener,
+    ours: &str,
+    db: &common::TestDb,
+) -> usize {
+    let marker = format!("marker-{}", uuid::Uuid::now_v7());
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(NOTIFY_CHANNEL)
+        .bind(&marker)
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let mut count = 0;
+    loop {
+        let received = tokio::time::timeout(Duration::from_secs(10), observer.recv())
+            .await
+            .expect("the marker never arrived")
+            .unwrap();
+        match received.payload() {
+            p if p == marker => return count,
+            p if p == ours => count += 1,
+            _ => {}
+        }
+    }
+}
+
+/// Whether this store's LISTEN session holds the exclusive wake-up lock (its keys: a
+/// tag, and the outbox table's oid).
+async fn wakeup_lock_held(db: &common::TestDb) -> bool {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks
+                        WHERE locktype = 'advisory' AND mode = 'ExclusiveLock' AND granted
+                          AND classid = 1868724088 AND objid = 'outbox_events'::regclass::oid
+                          AND objsubid = 2)",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap()
+}
+
+async fn enqueue_and_commit(db: &common::TestDb, merchant: &str) -> OutboxEvent {
+    let mut conn = other_connection(&db.config).await;
+    let mut tx = conn.begin().await.unwrap();
+    let stored = enqueue(&mut tx, &payout(merchant, 1)).await.unwrap();
+    tx.commit().await.unwrap();
+    stored
+}
+
+/// The idle-period wake-up: with no relay waiting (none runs, or it is busy polling),
+/// a commit sends no NOTIFY, so writers do not serialise on the notification lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_relay_waiting_a_commit_sends_no_notify() {
+    let Some(db) = open_store().await else { return };
+    let (mut observer, ours) = observer(&db).await;
+    enqueue_and_commit(&db, "4471").await;
+    assert_eq!(
+        ours_before_marker(&mut observer, &ours, &db).await,
+        0,
+        "a commit notified while no relay waited"
+    );
+}
+
+/// Once a relay waits, its LISTEN session holds the wake-up lock: the next commit
+/// notifies, once, and wakes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_relay_makes_the_next_commit_notify() {
+    let Some(db) = open_store().await else { return };
+    let (mut observer, ours) = observer(&db).await;
+    let mut relay = db.store.polling_relay("idle-notify").await.unwrap();
+    assert!(drain(&mut relay).await.is_empty());
+    let waiting =
+        tokio::spawn(async move { next_woken_batch(&mut relay, Duration::from_secs(30)).await });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !wakeup_lock_held(&db).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the waiting relay's session never took the wake-up lock"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stored = enqueue_and_commit(&db, "4471").await;
+    let batch = waiting.await.unwrap().expect("the relay was not woken");
+    assert_eq!(batch, vec![stored]);
+    assert_eq!(ours_before_marker(&mut observer, &ours, &db).await, 1);
+}
+
+/// A writer that found no relay waiting sends no NOTIFY; when a relay begins to wait
+/// before that writer commits, the relay still gets the row at once (its session's
+/// wake-up lock waits for the writer, then wakes it), not after the poll interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_that_did_not_notify_still_wakes_a_relay_that_began_waiting_before_it() {
+    let Some(db) = open_store().await else { return };
+    let (mut observer, ours) = observer(&db).await;
+    let mut conn = other_connection(&db.config).await;
+    let mut tx = conn.begin().await.unwrap();
+    let stored = enqueue(&mut tx, &payout("4471", 1)).await.unwrap();
+
+    let mut relay = db.store.polling_relay("barrier").await.unwrap();
+    assert!(drain(&mut relay).await.is_empty());
+    let wakeup = db.store.wakeup().await.unwrap();
+    let waiting =
+        tokio::spawn(async move { next_woken_batch(&mut relay, Duration::from_secs(30)).await });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !wakeup.relay_waiting() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the relay never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tx.commit().await.unwrap();
+    let batch = waiting
+        .await
+        .unwrap()
+        .expect("the commit behind the waiting relay was left to the poll interval");
+    assert_eq!(batch, vec![stored]);
+    assert_eq!(
+        ours_before_marker(&mut observer, &ours, &db).await,
+        0,
+        "the writer notified: this did not test the lock's hand-over"
+    );
+}
