@@ -116,52 +116,36 @@ started_pid() {
     printf '%s' "$pid"
 }
 
-cmd_stop() {
-    local port pidf pid
-    port="$(port_arg "${1:-}")"
-    pidf="$(pid_file "$port")"
-    pid="$(started_pid "$pidf")"
-    if [[ -z "$pid" ]]; then
-        echo "no tansu started by this script on port $port"
-        return 0
-    fi
-    if kill -0 "$pid" 2>/dev/null; then
-        kill "$pid"
-        for _ in $(seq 1 50); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        if kill -0 "$pid" 2>/dev/null; then
-            kill -9 "$pid" 2>/dev/null || true
-        fi
-        echo "stopped tansu on port $port (pid $pid)"
-    else
-        echo "tansu on port $port (pid $pid) was not running"
-    fi
-    rm -f "$pidf"
+wait_gone() {
+    for _ in $(seq 1 50); do
+        kill -0 "$1" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    return 1
 }
 
-# SIGKILL: the broker gets no chance to flush or close; what it acknowledged is only
-# still there if its storage is durable (sqlite://).
-cmd_kill() {
-    local port pidf pid
-    port="$(port_arg "${1:-}")"
+# Ends the broker this script started on PORT: `stop` asks (SIGTERM, then SIGKILL
+# after 5 s); `kill` SIGKILLs at once, so the broker gets no chance to flush or close
+# and what it acknowledged is only still there if its storage is durable (sqlite://).
+end_started() {
+    local how="$1" port pidf pid
+    port="$(port_arg "${2:-}")"
     pidf="$(pid_file "$port")"
     pid="$(started_pid "$pidf")"
     if [[ -z "$pid" ]]; then
         echo "no tansu started by this script on port $port"
         return 0
     fi
-    if kill -0 "$pid" 2>/dev/null; then
-        kill -9 "$pid"
-        for _ in $(seq 1 50); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -0 "$pid" 2>/dev/null && die "tansu (pid $pid) survived SIGKILL"
-        echo "killed tansu on port $port (pid $pid, SIGKILL)"
-    else
+    if ! kill -0 "$pid" 2>/dev/null; then
         echo "tansu on port $port (pid $pid) was not running"
+    elif [[ "$how" == stop ]]; then
+        kill "$pid"
+        wait_gone "$pid" || kill -9 "$pid" 2>/dev/null || true
+        echo "stopped tansu on port $port (pid $pid)"
+    else
+        kill -9 "$pid"
+        wait_gone "$pid" || die "tansu (pid $pid) survived SIGKILL"
+        echo "killed tansu on port $port (pid $pid, SIGKILL)"
     fi
     rm -f "$pidf"
 }
@@ -169,7 +153,6 @@ cmd_kill() {
 case "${1:-}" in
     install) shift; cmd_install "$@" ;;
     start) shift; cmd_start "$@" ;;
-    stop) shift; cmd_stop "$@" ;;
-    kill) shift; cmd_kill "$@" ;;
+    stop | kill) end_started "$@" ;;
     *) usage ;;
 esac
