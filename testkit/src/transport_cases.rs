@@ -89,6 +89,24 @@ fn run_subscriber(subscriber: Arc<dyn Subscriber>, consumer: Arc<dyn ProbeConsum
 }
 
 impl Running {
+    /// Waits until `done`, failing at once (with what `run` returned) if the
+    /// subscriber ends first: a subscriber that gave up is a failure of its own, not
+    /// a slow broker, and its error is the one thing worth reading.
+    async fn wait_until(&mut self, what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        while !done() {
+            if self.task.is_finished() {
+                let ended = (&mut self.task).await;
+                panic!("the subscriber ended before {what}: {ended:?}");
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out after {DEADLINE:?} waiting for {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     async fn stop(self) {
         let _ = self.stop.send(true);
         let result = tokio::time::timeout(Duration::from_secs(30), self.task)
@@ -96,17 +114,6 @@ impl Running {
             .expect("the subscriber stops within 30 s of shutdown")
             .expect("the subscriber task does not panic");
         result.expect("the subscriber ends without error");
-    }
-}
-
-async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while !done() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {DEADLINE:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -178,9 +185,11 @@ pub async fn delivered_with_payload_and_headers_intact(h: &impl TransportHarness
     large.payload = serde_json::to_vec(&tx).unwrap();
     let sent = vec![traced, reversal, notice, large];
     let consumer = h.consumer().await;
-    let running = run_subscriber(dest.subscriber().await, consumer.clone());
+    let mut running = run_subscriber(dest.subscriber().await, consumer.clone());
     publish_each(dest.publisher().as_ref(), &sent).await;
-    wait_until("4 messages applied", || consumer.applied().len() >= 4).await;
+    running
+        .wait_until("4 messages applied", || consumer.applied().len() >= 4)
+        .await;
     running.stop().await;
     let received = consumer.received();
     for m in &sent {
@@ -209,10 +218,12 @@ pub async fn per_account_order_holds_with_accounts_interleaved(h: &impl Transpor
             .expect("append");
     }
     let consumer = h.consumer().await;
-    let running = run_subscriber(dest.subscriber().await, consumer.clone());
+    let mut running = run_subscriber(dest.subscriber().await, consumer.clone());
     let summary = drain(store.clone(), dest.publisher()).await;
     assert_eq!(summary.published, 100);
-    wait_until("100 messages applied", || consumer.applied().len() >= 100).await;
+    running
+        .wait_until("100 messages applied", || consumer.applied().len() >= 100)
+        .await;
     running.stop().await;
     assert_each_account_applied_in_order(consumer.as_ref(), 4, 25);
     // Arrival order too, not only apply order: nothing had to wait in a gap queue.
@@ -255,10 +266,12 @@ pub async fn redelivered_duplicates_are_absorbed_by_the_inbox(h: &impl Transport
     };
     let messages = interleaved(2, 5);
     let consumer = h.consumer().await;
-    let running = run_subscriber(dest.subscriber().await, consumer.clone());
+    let mut running = run_subscriber(dest.subscriber().await, consumer.clone());
     publish_each(dest.publisher().as_ref(), &messages).await;
     publish_each(dest.publisher().as_ref(), &messages).await;
-    wait_until("both copies received", || consumer.received().len() >= 20).await;
+    running
+        .wait_until("both copies received", || consumer.received().len() >= 20)
+        .await;
     running.stop().await;
     assert_eq!(consumer.received().len(), 20, "each copy was handed over");
     assert_each_account_applied_in_order(consumer.as_ref(), 2, 5);
@@ -298,7 +311,9 @@ pub async fn broker_restart_mid_stream_loses_nothing(h: &impl TransportHarness) 
             .await
             .expect("append");
     }
-    wait_until("the first half applied", || consumer.applied().len() >= 50).await;
+    running
+        .wait_until("the first half applied", || consumer.applied().len() >= 50)
+        .await;
 
     dest.stop_broker().await;
     // Published while the broker is down: the loop must keep them until confirmed.
@@ -315,10 +330,11 @@ pub async fn broker_restart_mid_stream_loses_nothing(h: &impl TransportHarness) 
         running = run_subscriber(dest.subscriber().await, consumer.clone());
     }
 
-    wait_until("all 100 applied after the restart", || {
-        consumer.applied().len() >= 100
-    })
-    .await;
+    running
+        .wait_until("all 100 applied after the restart", || {
+            consumer.applied().len() >= 100
+        })
+        .await;
     let _ = stop_loop.send(true);
     let summary = tokio::time::timeout(Duration::from_secs(60), fanout)
         .await

@@ -2,9 +2,12 @@
 
 use std::time::Duration;
 
+use async_nats::jetstream::ErrorCode;
+use async_nats::jetstream::context::{Context, CreateStreamErrorKind, GetStreamErrorKind};
+use async_nats::jetstream::stream::Stream;
 use outbox_core::{Backoff, Error, ErrorKind, Result, RetryPolicy};
 
-use crate::error;
+use crate::error::{self, Answer};
 
 /// One JetStream destination: a stream capturing one subject, read by one durable
 /// pull consumer.
@@ -134,7 +137,7 @@ impl NatsConfig {
     }
 
     /// A JetStream context on a new connection that reconnects by itself.
-    pub(crate) async fn connect(&self, role: &str) -> Result<async_nats::jetstream::Context> {
+    pub(crate) async fn connect(&self, role: &str) -> Result<Context> {
         let options = async_nats::ConnectOptions::new()
             .name(format!("outbox-{role}"))
             .connection_timeout(self.connect_timeout);
@@ -162,13 +165,71 @@ impl NatsConfig {
 
     /// The stream this destination publishes to, created with file storage when
     /// `declare` (an existing stream is used as it is).
-    pub(crate) fn stream_config(&self) -> async_nats::jetstream::stream::Config {
+    fn stream_config(&self) -> async_nats::jetstream::stream::Config {
         async_nats::jetstream::stream::Config {
             name: self.stream.clone(),
             subjects: vec![self.subject.clone()],
             storage: async_nats::jetstream::stream::StorageType::File,
             ..Default::default()
         }
+    }
+
+    /// The stream: found, or with `declare` created when missing.
+    ///
+    /// The publisher and the subscriber of a new deployment may both find it missing
+    /// and both create it. The server then answers the later create with "subjects
+    /// overlap with an existing stream" (or "stream name already in use"), not with
+    /// the stream; that answer is permanent, and taken as such it would stop the
+    /// subscriber for good. So after that refusal the stream is looked up once more,
+    /// and used when it is this destination's: same name, capturing the subject.
+    pub(crate) async fn open_stream(&self, context: &Context) -> Result<Stream> {
+        if !self.declare {
+            return context.get_stream(&self.stream).await.map_err(|e| {
+                let answer = match e.kind() {
+                    GetStreamErrorKind::JetStream(api) => Answer::Status(api.code()),
+                    GetStreamErrorKind::EmptyName | GetStreamErrorKind::InvalidStreamName => {
+                        Answer::Refused
+                    }
+                    _ => Answer::Silent,
+                };
+                error::api("get stream", &e, answer)
+            });
+        }
+        let created = context.get_or_create_stream(self.stream_config()).await;
+        let e = match created {
+            Ok(stream) => return Ok(stream),
+            Err(e) => e,
+        };
+        let answer = match e.kind() {
+            CreateStreamErrorKind::JetStream(api) => {
+                let raced = [
+                    ErrorCode::STREAM_SUBJECT_OVERLAP,
+                    ErrorCode::STREAM_NAME_EXIST,
+                ]
+                .contains(&api.error_code());
+                if raced && let Some(stream) = self.created_by_another(context).await {
+                    return Ok(stream);
+                }
+                Answer::Status(api.code())
+            }
+            CreateStreamErrorKind::EmptyStreamName
+            | CreateStreamErrorKind::InvalidStreamName
+            | CreateStreamErrorKind::DomainAndExternalSet => Answer::Refused,
+            _ => Answer::Silent,
+        };
+        Err(error::api("create stream", &e, answer))
+    }
+
+    /// The stream named [`NatsConfig::stream`] if it exists and captures
+    /// [`NatsConfig::subject`].
+    async fn created_by_another(&self, context: &Context) -> Option<Stream> {
+        let stream = context.get_stream(&self.stream).await.ok()?;
+        stream
+            .cached_info()
+            .config
+            .subjects
+            .contains(&self.subject)
+            .then_some(stream)
     }
 }
 

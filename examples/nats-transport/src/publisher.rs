@@ -9,7 +9,7 @@ use outbox_core::{FanoutMessage, Publisher, Result};
 use tokio::sync::Mutex;
 
 use crate::config::NatsConfig;
-use crate::error::{self, Answer};
+use crate::error;
 
 /// A fan-out loop sink on a JetStream stream.
 ///
@@ -52,20 +52,12 @@ impl NatsPublisher {
         }
         let context = self.config.connect("publisher").await?;
         if self.config.declare {
-            context
-                .get_or_create_stream(self.config.stream_config())
+            // Before the first publish: a subject without a stream answers "no
+            // responders", a permanent refusal.
+            self.config
+                .open_stream(&context)
                 .await
-                .map_err(|e| {
-                    use async_nats::jetstream::context::CreateStreamErrorKind as K;
-                    let answer = match e.kind() {
-                        K::JetStream(api) => Answer::Status(api.code()),
-                        K::EmptyStreamName | K::InvalidStreamName | K::DomainAndExternalSet => {
-                            Answer::Refused
-                        }
-                        _ => Answer::Silent,
-                    };
-                    error::api("create stream", &e, answer).with("stream", &self.config.stream)
-                })?;
+                .map_err(|e| e.with("stream", &self.config.stream))?;
         }
         *slot = Some(context.clone());
         Ok(context)

@@ -70,32 +70,7 @@ impl NatsSubscriber {
     /// the durable consumer.
     async fn open(&self) -> Result<PullConsumer> {
         let context = self.config.connect("subscriber").await?;
-        let stream = if self.config.declare {
-            context
-                .get_or_create_stream(self.config.stream_config())
-                .await
-                .map_err(|e| {
-                    use async_nats::jetstream::context::CreateStreamErrorKind as K;
-                    let answer = match e.kind() {
-                        K::JetStream(api) => Answer::Status(api.code()),
-                        K::EmptyStreamName | K::InvalidStreamName | K::DomainAndExternalSet => {
-                            Answer::Refused
-                        }
-                        _ => Answer::Silent,
-                    };
-                    error::api("create stream", &e, answer)
-                })?
-        } else {
-            context.get_stream(&self.config.stream).await.map_err(|e| {
-                use async_nats::jetstream::context::GetStreamErrorKind as K;
-                let answer = match e.kind() {
-                    K::JetStream(api) => Answer::Status(api.code()),
-                    K::EmptyName | K::InvalidStreamName => Answer::Refused,
-                    _ => Answer::Silent,
-                };
-                error::api("get stream", &e, answer)
-            })?
-        };
+        let stream = self.config.open_stream(&context).await?;
         let durable = pull::Config {
             durable_name: Some(self.config.durable.clone()),
             deliver_policy: DeliverPolicy::All,

@@ -204,6 +204,30 @@ const THROTTLED: &str = "429 Too Many Requests";
 /// backoff is at most 100 ms).
 const RECORD_SKEW: Duration = Duration::from_millis(200);
 
+/// Waits until a failure record names the 429 (the ledger answers the first write
+/// with it); panics after `within`.
+async fn wait_throttle_recorded(outbox: &Outbox, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let conn = rusqlite::Connection::open(&outbox.path).unwrap();
+        let recorded: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM outbox_deliveries WHERE outcome = 'failed' AND detail LIKE '%' || ?1 || '%'",
+                [THROTTLED],
+                |r| r.get(0),
+            )
+            .unwrap();
+        if recorded > 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no 429 recorded within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// `Retry-After` of the 429 the ledger answered first: the same event's next attempt
 /// finished that long after the 429 was recorded (less `RECORD_SKEW`). Returns the
 /// gap seen.
@@ -299,6 +323,13 @@ async fn ledger_faults(scenario: &str, flags: &[&str]) {
         &flags,
         logs.path(),
     );
+    // The connection resets start once the 429 is on record: a reset that struck
+    // while its answer was on the way would leave only a transport error in the
+    // record, and nothing to check `Retry-After` against.
+    let Backend::Sqlite(outbox) = &backend else {
+        unreachable!()
+    };
+    wait_throttle_recorded(outbox, Duration::from_secs(60)).await;
     let mut chaos = Chaos::default();
     let resets = if profile.name == "long" { 20 } else { 4 };
     for _ in 0..resets {
@@ -325,9 +356,6 @@ async fn ledger_faults(scenario: &str, flags: &[&str]) {
     .await;
     relay.terminate().await;
 
-    let Backend::Sqlite(outbox) = &backend else {
-        unreachable!()
-    };
     let gap = assert_retry_after_honoured(outbox, retry_after).await;
     chaos.faults = ledger.faults().injected();
     chaos.replays = ledger.stats().idempotency_hits;
