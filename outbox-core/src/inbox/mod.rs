@@ -142,7 +142,8 @@ pub struct HeldGap {
 /// - `mark_applied` writes the processed marker (keyed on `(consumer, instruction_id)`)
 ///   and sets the account's high-water mark to `message.sequence`.
 /// - `take_held` removes and returns the held message at exactly that sequence.
-/// - `record_exception` keeps the first of equal `(source, kind, account, sequence)`
+/// - `record_exception` keeps the first of equal [identity](NewException::identity)
+///   (source, kind, account, sequence, event id, asset) among the open exceptions
 ///   and returns whether this one was new.
 /// - Nothing is durable on its own: every write commits or rolls back with the
 ///   caller's transaction, so a handler failure or a crash before commit leaves no
@@ -184,8 +185,9 @@ pub trait Inbox {
         account: &Account,
         sequence: u64,
     ) -> Result<Option<InboxMessage>>;
-    /// Records `exception` in the caller's transaction unless one with the same
-    /// (source, kind, account, sequence) exists; returns whether it was new.
+    /// Records `exception` in the caller's transaction unless an
+    /// open one with the same [identity](NewException::identity) exists; returns
+    /// whether it was new.
     async fn record_exception(&mut self, exception: &NewException) -> Result<bool>;
     /// For each account with held messages: its high-water mark and lowest held message.
     async fn held_gaps(&mut self, consumer: &str) -> Result<Vec<HeldGap>>;
