@@ -24,13 +24,15 @@ async fn a_shuffled_stream_with_duplicates_is_applied_once_in_order_and_a_gap_wa
     let total = history.instructions.len() as i64;
     // m0's sequence 3 is published last: 4..=8 must wait behind it.
     let gap = history.get("m0", 3).message.clone();
-    let stream = history.shuffled_with_duplicates(0.3, &mut rng, |i| {
+    let mut stream = history.shuffled_with_duplicates(0.3, &mut rng, |i| {
         i.message.instruction_id != gap.instruction_id
     });
-    assert!(
-        stream.len() as i64 > total + 3,
-        "duplicates in the stream: {}",
-        stream.len()
+    assert_eq!(stream.len(), 31 + 9, "31 messages and 9 duplicates");
+    // The reversal reaches the service before its payout: it must wait for it.
+    History::put_first(
+        &mut stream,
+        &history.get("m1", 5).message.instruction_id,
+        &history.get("m1", 2).message.instruction_id,
     );
 
     let mut service = Service::start(

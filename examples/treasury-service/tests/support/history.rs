@@ -111,23 +111,45 @@ impl History {
         balances
     }
 
-    /// The messages to publish: each instruction once, plus a copy of about
-    /// `duplicates` of them (a redelivery), all shuffled within and across accounts.
+    /// The messages to publish: each instruction `keep` admits once, plus a second
+    /// copy (a redelivery) of `duplicates` of them (a share, rounded; chosen at
+    /// random), all shuffled within and across accounts.
     pub fn shuffled_with_duplicates(
         &self,
         duplicates: f64,
         rng: &mut fastrand::Rng,
         keep: impl Fn(&Instruction) -> bool,
     ) -> Vec<FanoutMessage> {
-        let mut copies = Vec::new();
-        for i in self.instructions.iter().filter(|i| keep(i)) {
-            copies.push(i.message.clone());
-            if rng.f64() < duplicates {
-                copies.push(i.message.clone());
-            }
+        let kept: Vec<&FanoutMessage> = self
+            .instructions
+            .iter()
+            .filter(|i| keep(i))
+            .map(|i| &i.message)
+            .collect();
+        let copies = (kept.len() as f64 * duplicates).round() as usize;
+        let mut stream: Vec<FanoutMessage> = kept.iter().map(|m| (*m).clone()).collect();
+        stream.extend(
+            rng.choose_multiple(kept.iter(), copies)
+                .into_iter()
+                .map(|m| (*m).clone()),
+        );
+        rng.shuffle(&mut stream);
+        stream
+    }
+
+    /// Moves the first copy of `early` in front of the first copy of `late`, if it is
+    /// not already: on one account's queue, `early` then arrives first.
+    pub fn put_first(stream: &mut [FanoutMessage], early: &str, late: &str) {
+        let at = |id: &str| {
+            stream
+                .iter()
+                .position(|m| m.instruction_id == id)
+                .expect("in the stream")
+        };
+        let (e, l) = (at(early), at(late));
+        if e > l {
+            stream.swap(e, l);
         }
-        rng.shuffle(&mut copies);
-        copies
     }
 }
 
