@@ -48,12 +48,12 @@ async fn a_shuffled_stream_with_duplicates_is_applied_once_in_order_and_a_gap_wa
     let publisher = AmqpPublisher::new(env.amqp_config()).unwrap();
     env.publish(&publisher, &stream).await;
 
-    let env_ = &env;
+    let shared = &env;
     wait_until(
         &mut service,
         Duration::from_secs(60),
         "everything but m0 after its gap is applied",
-        || async move { env_.applied_count().await == total - 6 && env_.held().await.len() == 5 },
+        || async move { shared.applied_count().await == total - 6 && shared.held().await.len() == 5 },
     )
     .await;
     let held: Vec<_> = (4..=8).map(|s| ("merchants:m0".to_owned(), s)).collect();
@@ -65,7 +65,7 @@ async fn a_shuffled_stream_with_duplicates_is_applied_once_in_order_and_a_gap_wa
         &mut service,
         Duration::from_secs(30),
         "the gap raised an alarm",
-        || async move { env_.exceptions().await.contains(m0_gap) },
+        || async move { shared.exceptions().await.contains(m0_gap) },
     )
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -79,7 +79,7 @@ async fn a_shuffled_stream_with_duplicates_is_applied_once_in_order_and_a_gap_wa
         &mut service,
         Duration::from_secs(60),
         "everything is applied",
-        || async move { env_.applied_count().await == total && env_.held().await.is_empty() },
+        || async move { shared.applied_count().await == total && shared.held().await.is_empty() },
     )
     .await;
     env.assert_converged(&history).await;
@@ -120,7 +120,7 @@ async fn killed_twice_mid_stream_the_service_still_applies_everything_exactly_on
     let publisher = AmqpPublisher::new(env.amqp_config()).unwrap();
     env.publish(&publisher, &stream).await;
 
-    let env_ = &env;
+    let shared = &env;
     let mut applied_at_kill = 0;
     for share in [5, 2] {
         let mut service = Service::start(&env, &[]).await;
@@ -129,7 +129,7 @@ async fn killed_twice_mid_stream_the_service_still_applies_everything_exactly_on
             &mut service,
             Duration::from_secs(60),
             &format!("{threshold} of {total} applied"),
-            || async move { env_.applied_count().await >= threshold },
+            || async move { shared.applied_count().await >= threshold },
         )
         .await;
         let status = service.kill().await;
@@ -147,7 +147,7 @@ async fn killed_twice_mid_stream_the_service_still_applies_everything_exactly_on
         &mut service,
         Duration::from_secs(120),
         "everything is applied after the restarts",
-        || async move { env_.applied_count().await == total && env_.held().await.is_empty() },
+        || async move { shared.applied_count().await == total && shared.held().await.is_empty() },
     )
     .await;
     env.assert_converged(&history).await;
@@ -255,12 +255,12 @@ async fn lost_database_connections_are_retried_as_transient_and_nothing_is_lost_
         "a transaction met a lost connection ({terminated} sessions terminated) and was retried"
     );
 
-    let env_ = &env;
+    let shared = &env;
     wait_until(
         &mut service,
         Duration::from_secs(120),
         "everything is applied after the connection losses",
-        || async move { env_.applied_count().await == total && env_.held().await.is_empty() },
+        || async move { shared.applied_count().await == total && shared.held().await.is_empty() },
     )
     .await;
     env.assert_converged(&history).await;
