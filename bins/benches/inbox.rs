@@ -15,7 +15,9 @@
 //! - PostgreSQL: `PgTreasuryConsumer::apply_one` against a raw loop that begins a
 //!   transaction on a pool with the same settings, writes the same impact and commits:
 //!   the baseline sends it as the consumer does (one summed upsert statement), a
-//!   second raw row as one upsert per delta.
+//!   second raw row as one upsert per delta, and a diagnostic row adds to the
+//!   baseline the inbox's two writes (marker and high-water mark, into the inbox's
+//!   own tables) as one more statement: what those rows cost without the inbox's reads.
 //!   The consumer takes 4 round trips per message (BEGIN, `outbox_inbox_claim_next`,
 //!   its impact summed into one upsert, COMMIT) like the raw loop (BEGIN, 2 upserts,
 //!   COMMIT). With the server's `synchronous_commit` (on), then `off` for the bench's
@@ -388,7 +390,7 @@ async fn pg_raw(
     schema: &str,
     all: &[InboxMessage],
     async_commit: bool,
-    one_statement: bool,
+    side: PgSide,
 ) -> Duration {
     let pool = pg_pool(url, schema).await;
     let setting: String = sqlx::query_scalar("SELECT current_setting('synchronous_commit')")
@@ -403,21 +405,48 @@ async fn pg_raw(
     let start = Instant::now();
     for message in all {
         let mut tx = pool.begin().await.unwrap();
-        if one_statement {
+        if side == PgSide::Raw {
+            upserts(&mut tx, message).await;
+        } else {
             // The consumer's own impact writer (one summed upsert), without the inbox.
             write_impact(&mut tx, message).await.unwrap();
-        } else {
-            upserts(&mut tx, message).await;
+        }
+        if side == PgSide::RawWithMarker {
+            pg_mark(&mut tx, message).await;
         }
         tx.commit().await.unwrap();
     }
     start.elapsed()
 }
 
+/// The inbox's two writes (its processed marker and the account's high-water mark)
+/// in one statement, into its own tables (their keys, indexes and append-only
+/// triggers), without its reads.
+async fn pg_mark(conn: &mut PgConnection, message: &InboxMessage) {
+    sqlx::query(
+        "WITH marker AS (
+             INSERT INTO inbox_messages (consumer, instruction_id, account, sequence, kind)
+             VALUES ($1, $2, $3, $4, $5))
+         INSERT INTO inbox_accounts (consumer, account, last_applied) VALUES ($1, $3, $4)
+         ON CONFLICT (consumer, account) DO UPDATE SET last_applied = excluded.last_applied",
+    )
+    .bind(CONSUMER)
+    .bind(&message.instruction_id)
+    .bind(message.account.as_str())
+    .bind(message.sequence as i64)
+    .bind(message.kind.as_str())
+    .execute(conn)
+    .await
+    .unwrap();
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum PgSide {
     /// The consumer's single upsert statement, no inbox.
     RawOne,
+    /// Diagnostic: `RawOne` plus the inbox's two writes in one statement (4 round
+    /// trips, as the inbox): what the bookkeeping's rows cost by themselves.
+    RawWithMarker,
     /// One upsert statement per delta, no inbox.
     Raw,
     Inbox,
@@ -431,9 +460,8 @@ async fn pg_run(
     async_commit: bool,
 ) -> Duration {
     match side {
-        PgSide::RawOne => pg_raw(url, schema, all, async_commit, true).await,
-        PgSide::Raw => pg_raw(url, schema, all, async_commit, false).await,
         PgSide::Inbox => pg_inbox(url, schema, all).await,
+        raw => pg_raw(url, schema, all, async_commit, raw).await,
     }
 }
 
@@ -483,6 +511,7 @@ async fn pg_section(args: &Args, accounts: usize, reps: usize) {
         let sides: &[(&str, PgSide)] = &[
             ("raw, one upsert stmt (3 trips)", PgSide::RawOne),
             ("raw, 2 upserts (4 round trips)", PgSide::Raw),
+            ("diag: raw + marker writes (4)", PgSide::RawWithMarker),
             ("PgTreasuryConsumer::apply_one (4)", PgSide::Inbox),
         ];
         let side_url = pg_url(&url, async_commit);
