@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The relay's memory under steady load: a release `outbox relay` daemon on a SQLite
+# outbox (synchronous=FULL) posting to the null ledger the relay benchmark uses, while
+# a feeder enqueues CHUNK events per transaction (`outbox enqueue`, one process each,
+# over 1,000 accounts) as fast as it can with a 50 ms pause, for SECONDS seconds.
+# Prints the relay's resident set (VmRSS) and peak (VmHWM) every 10 s, then the
+# offered rate, and checks that every event was delivered once the feeder stops.
+# Nothing about time or memory is asserted; the README quotes the figures.
+#
+#   scripts/relay-soak.sh                   # SECONDS_TO_RUN=600 CHUNK=500
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/ledger-outbox/target}"
+SECONDS_TO_RUN="${SECONDS_TO_RUN:-600}"
+CHUNK="${CHUNK:-500}"
+
+cargo build -q --release -p outbox-bins --no-default-features --features sqlite
+cargo build -q --release -p outbox-testkit --example null_ledger
+bin="$CARGO_TARGET_DIR/release/outbox"
+
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# One chunk, enqueued again and again: every line gets a new event id when enqueued.
+awk -v n="$CHUNK" 'BEGIN {
+    for (i = 0; i < n; i++) {
+        a = (i * 7) % 1000
+        printf "{\"account\":\"merchants:%d\",\"postings\":[{\"source\":\"world\",\"destination\":\"merchants:%d:available\",\"amount\":%d,\"asset\":\"USD/2\"}],\"metadata\":{\"event_type\":\"soak\"}}\n", a, a, 1000 + i
+    }
+}' > "$work/chunk.jsonl"
+db="sqlite://$work/outbox.db"
+"$bin" migrate --database "$db" >/dev/null
+
+"$CARGO_TARGET_DIR/release/examples/null_ledger" > "$work/ledger.out" &
+pids+=($!)
+url=""
+for _ in $(seq 1 100); do
+    url="$(sed -n 's/^listening on //p' "$work/ledger.out")"
+    [ -n "$url" ] && break
+    sleep 0.1
+done
+[ -n "$url" ] || { echo "the null ledger did not start" >&2; exit 1; }
+
+"$bin" relay --database "$db" --ledger-url "$url" --ledger-name soak > "$work/relay.log" 2>&1 &
+relay=$!
+pids+=("$relay")
+
+# kB of the relay's VmRSS and VmHWM.
+memory() { awk '/^VmRSS/ {rss = $2} /^VmHWM/ {peak = $2} END {printf "%8d %8d", rss, peak}' "/proc/$relay/status"; }
+
+echo "relay soak: ${SECONDS_TO_RUN} s, $CHUNK events per enqueue transaction, SQLite, null ledger"
+echo "   s    rss kB  peak kB"
+start=$(date +%s)
+end=$((start + SECONDS_TO_RUN))
+next=$start
+while [ "$(date +%s)" -lt "$end" ]; do
+    "$bin" enqueue --database "$db" --file "$work/chunk.jsonl" >/dev/null
+    now=$(date +%s)
+    if [ "$now" -ge "$next" ]; then
+        printf '%4d %s\n' "$((now - start))" "$(memory)"
+        next=$((next + 10))
+    fi
+    sleep 0.05
+done
+# Bounded: the relay catches up within 120 s or the script says so.
+for _ in $(seq 1 1200); do
+    if python3 - "$work/outbox.db" <<'PY'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+events = c.execute("SELECT count(*) FROM outbox_events").fetchone()[0]
+done = c.execute("SELECT count(DISTINCT event_id) FROM outbox_deliveries WHERE outcome = 'accepted'").fetchone()[0]
+sys.exit(0 if events == done else 1)
+PY
+    then break; fi
+    sleep 0.1
+done
+printf 'end  %s\n' "$(memory)"
+python3 - "$work/outbox.db" "$SECONDS_TO_RUN" <<'PY'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+events = c.execute("SELECT count(*) FROM outbox_events").fetchone()[0]
+done = c.execute("SELECT count(DISTINCT event_id) FROM outbox_deliveries WHERE outcome = 'accepted'").fetchone()[0]
+print(f"offered {events} events ({events / int(sys.argv[2]):.0f}/s); delivered {done}")
+if events != done:
+    sys.exit("not every event was delivered within 120 s of the feeder's end")
+PY
