@@ -8,6 +8,7 @@
 #   scripts/measure-debug-vs-release.sh            # EVENTS=20000 ACCOUNTS=1000 ROUNDS=3
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/null-ledger.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/ledger-outbox/target}"
 EVENTS="${EVENTS:-20000}"
@@ -21,9 +22,8 @@ cargo build -q --release -p outbox-bins "${FEATURES[@]}"
 cargo build -q --release -p outbox-testkit --example null_ledger
 
 work="$(mktemp -d)"
-ledger_pid=""
 cleanup() {
-    if [ -n "$ledger_pid" ]; then kill "$ledger_pid" 2>/dev/null || true; fi
+    if [ -n "${NULL_LEDGER_PID:-}" ]; then kill "$NULL_LEDGER_PID" 2>/dev/null || true; fi
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -40,15 +40,8 @@ debug="$CARGO_TARGET_DIR/debug/outbox"
 "$release" migrate --database "sqlite://$work/outbox.db" >/dev/null
 "$release" enqueue --database "sqlite://$work/outbox.db" --file "$work/payouts.jsonl" >/dev/null
 
-"$CARGO_TARGET_DIR/release/examples/null_ledger" > "$work/ledger.out" &
-ledger_pid=$!
-url=""
-for _ in $(seq 1 100); do
-    url="$(sed -n 's/^listening on //p' "$work/ledger.out")"
-    [ -n "$url" ] && break
-    sleep 0.1
-done
-[ -n "$url" ] || { echo "the null ledger did not start" >&2; exit 1; }
+start_null_ledger "$work"
+url=$NULL_LEDGER_URL
 
 # Seconds one drain of a fresh copy of the outbox takes with the given binary.
 drain() {

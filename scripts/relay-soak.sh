@@ -10,6 +10,7 @@
 #   scripts/relay-soak.sh                   # SECONDS_TO_RUN=600 CHUNK=500
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/null-ledger.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/ledger-outbox/target}"
 SECONDS_TO_RUN="${SECONDS_TO_RUN:-600}"
@@ -22,7 +23,7 @@ bin="$CARGO_TARGET_DIR/release/outbox"
 work="$(mktemp -d)"
 pids=()
 cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}" ${NULL_LEDGER_PID:-}; do kill "$pid" 2>/dev/null || true; done
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -37,15 +38,8 @@ awk -v n="$CHUNK" 'BEGIN {
 db="sqlite://$work/outbox.db"
 "$bin" migrate --database "$db" >/dev/null
 
-"$CARGO_TARGET_DIR/release/examples/null_ledger" > "$work/ledger.out" &
-pids+=($!)
-url=""
-for _ in $(seq 1 100); do
-    url="$(sed -n 's/^listening on //p' "$work/ledger.out")"
-    [ -n "$url" ] && break
-    sleep 0.1
-done
-[ -n "$url" ] || { echo "the null ledger did not start" >&2; exit 1; }
+start_null_ledger "$work"
+url=$NULL_LEDGER_URL
 
 "$bin" relay --database "$db" --ledger-url "$url" --ledger-name soak > "$work/relay.log" 2>&1 &
 relay=$!
