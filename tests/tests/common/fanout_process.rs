@@ -32,6 +32,14 @@ pub fn webhook_body(transactions: &[(&str, u64, u64)]) -> Vec<u8> {
 
 /// POSTs a signed webhook to the intake (plain HTTP/1.1 over loopback); the status.
 pub async fn deliver(intake: &str, id: &str, body: &[u8]) -> u16 {
+    try_deliver(intake, id, body)
+        .await
+        .expect("connect to the intake")
+}
+
+/// [`deliver`], answering the connection error when nothing listens at the intake
+/// (the process is gone).
+pub async fn try_deliver(intake: &str, id: &str, body: &[u8]) -> std::io::Result<u16> {
     let rest = intake.strip_prefix("http://").expect("http intake");
     let (authority, path) = rest.split_once('/').expect("a path");
     let timestamp = chrono::Utc::now().timestamp();
@@ -42,9 +50,7 @@ pub async fn deliver(intake: &str, id: &str, body: &[u8]) -> u16 {
          formance-webhook-signature: {signature}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    let mut stream = tokio::net::TcpStream::connect(authority)
-        .await
-        .expect("connect to the intake");
+    let mut stream = tokio::net::TcpStream::connect(authority).await?;
     stream.write_all(head.as_bytes()).await.unwrap();
     stream.write_all(body).await.unwrap();
     let mut answer = String::new();
@@ -52,11 +58,11 @@ pub async fn deliver(intake: &str, id: &str, body: &[u8]) -> u16 {
         .await
         .expect("the intake answers")
         .unwrap();
-    answer
+    Ok(answer
         .split_whitespace()
         .nth(1)
         .and_then(|status| status.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP answer: {answer:?}"))
+        .unwrap_or_else(|| panic!("not an HTTP answer: {answer:?}")))
 }
 
 /// A running `outbox fanout` with its output collected; killed if dropped.
