@@ -903,12 +903,9 @@ async fn raw_drain(ctx: &Ctx, store: &PgStore, bulk: bool, events: usize) -> Dur
     start.elapsed()
 }
 
-async fn section_drain(ctx: &Ctx) {
-    let events = ctx.args.num("--drain-events", 40_000).max(1);
-    let accounts = ctx.args.num("--accounts", 1_000).max(1);
-    let reps = ctx.args.num("--reps", 5).max(1);
-    let store = ctx.store("s2", 10).await;
-    eprintln!("2. loading {events} events …");
+/// Bulk-loads `events` committed, not yet relayed events over `accounts`, created
+/// over the last `events` milliseconds (sections 2 and 5).
+async fn load_unrelayed(ctx: &Ctx, store: &PgStore, events: usize, accounts: usize) {
     bulk_load(
         store.pool(),
         &ctx.template,
@@ -922,6 +919,15 @@ async fn section_drain(ctx: &Ctx) {
         },
     )
     .await;
+}
+
+async fn section_drain(ctx: &Ctx) {
+    let events = ctx.args.num("--drain-events", 40_000).max(1);
+    let accounts = ctx.args.num("--accounts", 1_000).max(1);
+    let reps = ctx.args.num("--reps", 5).max(1);
+    let store = ctx.store("s2", 10).await;
+    eprintln!("2. loading {events} events …");
+    load_unrelayed(ctx, &store, events, accounts).await;
     // What autovacuum would do soon after such a load; without statistics the planner
     // may sort the whole table for every batch.
     settle(store.pool()).await;
@@ -1500,19 +1506,7 @@ async fn section_side_by_side(ctx: &Ctx) {
     let reps = ctx.args.num("--side-reps", 3).max(1);
     let store = ctx.store("s5", 16).await;
     eprintln!("5. loading {events} events into both outboxes …");
-    bulk_load(
-        store.pool(),
-        &ctx.template,
-        &Load {
-            count: events,
-            accounts,
-            from_ms: now_ms() - events as i64,
-            span_ms: events as i64,
-            tag: 1,
-            relayed: false,
-        },
-    )
-    .await;
+    load_unrelayed(ctx, &store, events, accounts).await;
     store.pool().execute(HANDROLLED_TABLE).await.unwrap();
     // The same events in the same order (per account: sequence order).
     store
