@@ -62,25 +62,25 @@ while [ "$(date +%s)" -lt "$end" ]; do
     fi
     sleep 0.05
 done
-# Bounded: the relay catches up within 120 s or the script says so.
-for _ in $(seq 1 1200); do
-    if python3 - "$work/outbox.db" <<'PY'
+# Events enqueued and events delivered: "EVENTS DELIVERED".
+cat > "$work/count.py" <<'PY'
 import sqlite3, sys
 c = sqlite3.connect(sys.argv[1])
 events = c.execute("SELECT count(*) FROM outbox_events").fetchone()[0]
 done = c.execute("SELECT count(DISTINCT event_id) FROM outbox_deliveries WHERE outcome = 'accepted'").fetchone()[0]
-sys.exit(0 if events == done else 1)
+print(events, done)
 PY
-    then break; fi
+counts() { python3 "$work/count.py" "$work/outbox.db"; }
+# Bounded: the relay catches up within 120 s or the script says so.
+for _ in $(seq 1 1200); do
+    read -r events delivered <<< "$(counts)"
+    [ "$events" = "$delivered" ] && break
     sleep 0.1
 done
 printf 'end  %s\n' "$(memory)"
-python3 - "$work/outbox.db" "$SECONDS_TO_RUN" <<'PY'
-import sqlite3, sys
-c = sqlite3.connect(sys.argv[1])
-events = c.execute("SELECT count(*) FROM outbox_events").fetchone()[0]
-done = c.execute("SELECT count(DISTINCT event_id) FROM outbox_deliveries WHERE outcome = 'accepted'").fetchone()[0]
-print(f"offered {events} events ({events / int(sys.argv[2]):.0f}/s); delivered {done}")
-if events != done:
-    sys.exit("not every event was delivered within 120 s of the feeder's end")
-PY
+read -r events delivered <<< "$(counts)"
+echo "offered $events events ($((events / SECONDS_TO_RUN))/s); delivered $delivered"
+if [ "$events" != "$delivered" ]; then
+    echo "not every event was delivered within 120 s of the feeder's end" >&2
+    exit 1
+fi

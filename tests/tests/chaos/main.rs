@@ -208,18 +208,7 @@ const RECORD_SKEW: Duration = Duration::from_millis(200);
 /// with it); panics after `within`.
 async fn wait_throttle_recorded(outbox: &Outbox, within: Duration) {
     let deadline = Instant::now() + within;
-    loop {
-        let conn = rusqlite::Connection::open(&outbox.path).unwrap();
-        let recorded: i64 = conn
-            .query_row(
-                "SELECT count(*) FROM outbox_deliveries WHERE outcome = 'failed' AND detail LIKE '%' || ?1 || '%'",
-                [THROTTLED],
-                |r| r.get(0),
-            )
-            .unwrap();
-        if recorded > 0 {
-            return;
-        }
+    while throttled_events(outbox).is_empty() {
         assert!(
             Instant::now() < deadline,
             "no 429 recorded within {within:?}"
@@ -228,20 +217,23 @@ async fn wait_throttle_recorded(outbox: &Outbox, within: Duration) {
     }
 }
 
+/// The events with a failure record naming the 429.
+fn throttled_events(outbox: &Outbox) -> Vec<String> {
+    let conn = rusqlite::Connection::open(&outbox.path).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT DISTINCT event_id FROM outbox_deliveries WHERE outcome = 'failed' AND detail LIKE '%' || ?1 || '%'")
+        .unwrap();
+    stmt.query_map([THROTTLED], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
 /// `Retry-After` of the 429 the ledger answered first: the same event's next attempt
 /// finished that long after the 429 was recorded (less `RECORD_SKEW`). Returns the
 /// gap seen.
 async fn assert_retry_after_honoured(outbox: &Outbox, retry_after: Duration) -> Duration {
-    let throttled: Vec<String> = {
-        let conn = rusqlite::Connection::open(&outbox.path).unwrap();
-        let mut stmt = conn
-            .prepare("SELECT DISTINCT event_id FROM outbox_deliveries WHERE outcome = 'failed' AND detail LIKE '%' || ?1 || '%'")
-            .unwrap();
-        stmt.query_map([THROTTLED], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap()
-    };
+    let throttled = throttled_events(outbox);
     assert!(!throttled.is_empty(), "no delivery record names the 429");
     let mut shortest = Duration::MAX;
     for id in throttled {
