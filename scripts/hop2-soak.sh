@@ -16,6 +16,7 @@
 # named after the run and deleted at the end; only processes started here are ended.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/soak-feed.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/ledger-outbox/target}"
 SECONDS_TO_RUN="${SECONDS_TO_RUN:-600}"
@@ -52,13 +53,7 @@ wait_port() {
     exit 1
 }
 
-# One chunk, enqueued again and again: every line gets a new event id when enqueued.
-awk -v n="$CHUNK" 'BEGIN {
-    for (i = 0; i < n; i++) {
-        a = (i * 7) % 1000
-        printf "{\"account\":\"merchants:%d\",\"postings\":[{\"source\":\"world\",\"destination\":\"merchants:%d:available\",\"amount\":%d,\"asset\":\"USD/2\"}],\"metadata\":{\"event_type\":\"soak\"}}\n", a, a, 1000 + i
-    }
-}' > "$work/chunk.jsonl"
+write_soak_chunk "$work/chunk.jsonl" "$CHUNK"
 outbox_db="sqlite://$work/outbox.db"
 "$bin" migrate --database "$outbox_db" >/dev/null
 
@@ -88,10 +83,6 @@ wait_port "$ledger_port" dev-ledger
 relay=$!
 pids+=("$relay")
 
-# kB of a process's VmRSS and VmHWM ("-" once it has gone).
-memory() {
-    awk '/^VmRSS/ {rss = $2} /^VmHWM/ {peak = $2} END {printf "%8d %8d", rss, peak}' "/proc/$1/status" 2>/dev/null || printf '%8s %8s' - -
-}
 alive() {
     for pid in "$fanout" "$consume" "$ledger" "$relay"; do
         if ! kill -0 "$pid" 2>/dev/null; then
@@ -121,19 +112,12 @@ counts() { python3 "$work/count.py" "$work"; }
 echo "hop 2 soak: ${SECONDS_TO_RUN} s, $CHUNK events per enqueue transaction; relay → dev ledger → webhooks → fan-out (SQLite) → RabbitMQ ($QUEUES queues) → consumer (SQLite)"
 echo "        fan-out kB         consumer kB        relay kB           dev ledger kB"
 echo "   s    rss     peak       rss     peak       rss     peak       rss     peak"
-start=$(date +%s)
-end=$((start + SECONDS_TO_RUN))
-next=$start
-while [ "$(date +%s)" -lt "$end" ]; do
-    "$bin" enqueue --database "$outbox_db" --file "$work/chunk.jsonl" >/dev/null
-    now=$(date +%s)
-    if [ "$now" -ge "$next" ]; then
-        alive
-        sample "$((now - start))"
-        next=$((next + 10))
-    fi
-    sleep 0.05
-done
+# Each sample first checks that the chain is still whole.
+checked_sample() {
+    alive
+    sample "$1"
+}
+feed_for "$SECONDS_TO_RUN" "$outbox_db" "$work/chunk.jsonl" checked_sample
 # Bounded: the chain catches up within 300 s or the script says so.
 for _ in $(seq 1 3000); do
     read -r events applied <<< "$(counts)"

@@ -11,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/null-ledger.sh
+. scripts/soak-feed.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/ledger-outbox/target}"
 SECONDS_TO_RUN="${SECONDS_TO_RUN:-600}"
@@ -28,13 +29,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# One chunk, enqueued again and again: every line gets a new event id when enqueued.
-awk -v n="$CHUNK" 'BEGIN {
-    for (i = 0; i < n; i++) {
-        a = (i * 7) % 1000
-        printf "{\"account\":\"merchants:%d\",\"postings\":[{\"source\":\"world\",\"destination\":\"merchants:%d:available\",\"amount\":%d,\"asset\":\"USD/2\"}],\"metadata\":{\"event_type\":\"soak\"}}\n", a, a, 1000 + i
-    }
-}' > "$work/chunk.jsonl"
+write_soak_chunk "$work/chunk.jsonl" "$CHUNK"
 db="sqlite://$work/outbox.db"
 "$bin" migrate --database "$db" >/dev/null
 
@@ -45,23 +40,12 @@ url=$NULL_LEDGER_URL
 relay=$!
 pids+=("$relay")
 
-# kB of the relay's VmRSS and VmHWM.
-memory() { awk '/^VmRSS/ {rss = $2} /^VmHWM/ {peak = $2} END {printf "%8d %8d", rss, peak}' "/proc/$relay/status"; }
+# The relay's VmRSS and VmHWM after LABEL (seconds, or "end").
+sample() { printf '%4s %s\n' "$1" "$(memory "$relay")"; }
 
 echo "relay soak: ${SECONDS_TO_RUN} s, $CHUNK events per enqueue transaction, SQLite, null ledger"
 echo "   s    rss kB  peak kB"
-start=$(date +%s)
-end=$((start + SECONDS_TO_RUN))
-next=$start
-while [ "$(date +%s)" -lt "$end" ]; do
-    "$bin" enqueue --database "$db" --file "$work/chunk.jsonl" >/dev/null
-    now=$(date +%s)
-    if [ "$now" -ge "$next" ]; then
-        printf '%4d %s\n' "$((now - start))" "$(memory)"
-        next=$((next + 10))
-    fi
-    sleep 0.05
-done
+feed_for "$SECONDS_TO_RUN" "$db" "$work/chunk.jsonl" sample
 # Events enqueued and events delivered: "EVENTS DELIVERED".
 cat > "$work/count.py" <<'PY'
 import sqlite3, sys
@@ -77,7 +61,7 @@ for _ in $(seq 1 1200); do
     [ "$events" = "$delivered" ] && break
     sleep 0.1
 done
-printf 'end  %s\n' "$(memory)"
+sample end
 read -r events delivered <<< "$(counts)"
 echo "offered $events events ($((events / SECONDS_TO_RUN))/s); delivered $delivered"
 if [ "$events" != "$delivered" ]; then
