@@ -17,8 +17,17 @@
 //! its state by replaying the file: the same figures once it answers, the time the
 //! replay took and the file's size per transaction.
 //!
+//! With `-- --webhook`, the ledger also delivers every transaction's webhook to a
+//! receiver in this process that answers 200 at once (what the fan-out's webhook
+//! endpoint does), and each checkpoint prints the figures twice: right after the
+//! posts (deliveries may still be queued) and once every delivery has ended (the
+//! ledger's own counters: `outbox_dev_ledger_webhooks_delivered_total` at N, nothing
+//! pending), so what the queue holds and what stays for good are told apart. `--webhook-answer-ms MS` makes the
+//! receiver answer each delivery after MS milliseconds: a consumer slower than the
+//! ledger's writes, so the deliveries queue up.
+//!
 //! Run: `cargo bench -p outbox-bins --bench dev_ledger_memory` (`-- --at
-//! 20000,50000,100000` for other checkpoints).
+//! 20000,50000,100000` for other checkpoints, `-- --webhook` for the mode above).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -40,19 +49,25 @@ const BULK: usize = 100;
 /// How long a start (with its replay) may take before the benchmark gives up.
 const START_DEADLINE: Duration = Duration::from_secs(30 * 60);
 
+/// How long the webhook queue may take to empty before the benchmark gives up.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(10 * 60);
+
 /// A running `outbox dev-ledger` process on one data file.
 struct DevLedgerProcess {
     child: tokio::process::Child,
     url: String,
+    /// Its admin server (`/metrics`), when it delivers webhooks.
+    admin: Option<String>,
 }
 
 impl DevLedgerProcess {
     /// Starts the process on `data` and waits until it answers; returns it with the
     /// time from spawn to its first answer (the replay of the file included).
-    async fn start(data: &Path) -> (Self, Duration) {
+    /// With `webhook`, it delivers every event there and serves its counters.
+    async fn start(data: &Path, webhook: Option<&str>) -> (Self, Duration) {
         let listen = format!("127.0.0.1:{}", free_port());
-        let started = Instant::now();
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_outbox"))
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_outbox"));
+        command
             .args([
                 "dev-ledger",
                 "--listen",
@@ -61,7 +76,21 @@ impl DevLedgerProcess {
                 LEDGER,
                 "--data",
             ])
-            .arg(data)
+            .arg(data);
+        let admin = webhook.map(|url| {
+            let admin = format!("127.0.0.1:{}", free_port());
+            command.args([
+                "--webhook",
+                url,
+                "--webhook-secret",
+                "bench-secret",
+                "--admin-listen",
+                &admin,
+            ]);
+            admin
+        });
+        let started = Instant::now();
+        let child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
@@ -85,7 +114,39 @@ impl DevLedgerProcess {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        (Self { child, url }, started.elapsed())
+        (Self { child, url, admin }, started.elapsed())
+    }
+
+    /// Waits until `n` webhooks were delivered and none is pending (a no-op
+    /// without webhooks). The counters are sampled, so both are read.
+    async fn until_webhooks_delivered(&self, n: usize) {
+        let Some(admin) = &self.admin else { return };
+        let metrics = format!("http://{admin}/metrics");
+        let client = reqwest::Client::new();
+        let started = Instant::now();
+        loop {
+            let text = match client.get(&metrics).send().await {
+                Ok(answer) => answer.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            let value = |name: &str| {
+                text.lines().find_map(|line| {
+                    line.strip_prefix(name)
+                        .and_then(|v| v.strip_prefix(' '))
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                })
+            };
+            let delivered = value("outbox_dev_ledger_webhooks_delivered_total");
+            let pending = value("outbox_dev_ledger_webhooks_pending");
+            if delivered >= Some(n as f64) && pending == Some(0.0) {
+                return;
+            }
+            assert!(
+                started.elapsed() < DRAIN_DEADLINE,
+                "webhook deliveries not done after {DRAIN_DEADLINE:?}: {delivered:?} delivered of {n}, {pending:?} pending"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     fn resident(&self) -> Resident {
@@ -219,26 +280,56 @@ impl Row {
     }
 }
 
+/// A webhook endpoint that accepts every delivery after `answer`; returns its URL.
+async fn webhook_receiver(answer: Duration) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the webhook receiver");
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || async move {
+            tokio::time::sleep(answer).await;
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
 #[tokio::main]
 async fn main() {
-    let mut checkpoints = Args::from_env().list("--at", &[20_000, 50_000, 100_000]);
+    let args = Args::from_env();
+    let mut checkpoints = args.list("--at", &[20_000, 50_000, 100_000]);
     checkpoints.insert(0, 0);
     checkpoints.sort_unstable();
     checkpoints.dedup();
+    let webhook = if args.has("--webhook") {
+        let answer = Duration::from_millis(args.num("--webhook-answer-ms", 0) as u64);
+        Some(webhook_receiver(answer).await)
+    } else {
+        None
+    };
     let dir = tempfile::TempDir::new().unwrap();
     let live = dir.path().join("live.sqlite");
 
     println!(
-        "dev ledger memory: `outbox dev-ledger --data FILE`, relay-shaped transactions (1 or 2 postings, outbox metadata, an idempotency key each) in bulks of {BULK}"
+        "dev ledger memory: `outbox dev-ledger --data FILE`, relay-shaped transactions (1 or 2 postings, outbox metadata, an idempotency key each) in bulks of {BULK}{}",
+        if webhook.is_some() {
+            ", each delivered as a webhook to a receiver answering 200"
+        } else {
+            ""
+        }
     );
     println!(
         "{:>8}  {:>11}  {:>11}  {:>9}  {:>9}  {:>10}",
         "N", "live VmRSS", "live VmHWM", "bytes/tx", "marginal", "post tx/s"
     );
-    let (process, _) = DevLedgerProcess::start(&live).await;
+    let (process, _) = DevLedgerProcess::start(&live, webhook.as_deref()).await;
     let ledger = FormanceLedger::new(&FormanceConfig::new(&process.url, LEDGER)).unwrap();
     let mut copies: Vec<(usize, PathBuf)> = Vec::new();
     let mut rows: Vec<Row> = Vec::new();
+    // With webhooks: the same checkpoints once every delivery has ended.
+    let mut delivered: Vec<Row> = Vec::new();
     for &n in &checkpoints {
         let posted = rows.last().map_or(0, |row| row.n);
         let started = Instant::now();
@@ -261,6 +352,23 @@ async fn main() {
             &format!("{rate:>10}"),
         );
         rows.push(row);
+        if webhook.is_some() {
+            let started = Instant::now();
+            process.until_webhooks_delivered(n).await;
+            let row = Row {
+                n,
+                now: process.resident(),
+            };
+            row.print(
+                delivered.first().unwrap_or(&row),
+                delivered.last().unwrap_or(&row),
+                &format!(
+                    "{:>10}",
+                    format!("delivered +{:.1} s", started.elapsed().as_secs_f64())
+                ),
+            );
+            delivered.push(row);
+        }
         let copy = dir.path().join(format!("at-{n}.sqlite"));
         copy_data(&live, &copy);
         copies.push((n, copy));
@@ -275,7 +383,8 @@ async fn main() {
     let mut rows: Vec<Row> = Vec::new();
     for (n, copy) in copies {
         let file_bytes = std::fs::metadata(&copy).map_or(0, |m| m.len());
-        let (process, replay) = DevLedgerProcess::start(&copy).await;
+        // Restarted without webhooks: every delivery ended before the copy.
+        let (process, replay) = DevLedgerProcess::start(&copy, None).await;
         let row = Row {
             n,
             now: process.resident(),

@@ -2,8 +2,9 @@
 //!
 //! Every write follows plan → persist → apply → publish: the controller plans the
 //! log entry against the current state, the journal stores it together with its
-//! webhook deliveries, the state applies it, and the deliveries go to the
-//! dispatcher. Nothing is visible, nor published, before it is durable.
+//! webhook deliveries, the state applies it, and the dispatcher is told that
+//! deliveries wait (it reads them back from the journal, so a backlog costs the
+//! file, not memory). Nothing is visible, nor published, before it is durable.
 //!
 //! All methods are synchronous (SQLite); the HTTP layer calls them on the blocking
 //! pool.
@@ -28,7 +29,7 @@ use crate::features;
 use crate::log::Log;
 use crate::persistence::{DeliveryOutcome, Journal, StoredDelivery};
 use crate::state::{LedgerInfo, LedgerState};
-use crate::webhooks::{OutcomeSink, WebhookQueue};
+use crate::webhooks::{DeliveryJournal, WebhookQueue};
 
 /// One ledger and its transaction-id sequence. The sequence lives outside the
 /// state so an atomic bulk that rolls back still consumes its ids, like Postgres.
@@ -70,14 +71,14 @@ pub(crate) fn valid_ledger_name(name: &str) -> bool {
 }
 
 impl Engine {
-    /// Rebuilds the state from `journal`; returns the engine and the deliveries
-    /// that were pending when the file was last closed.
+    /// Rebuilds the state from `journal`; returns the engine and how many
+    /// deliveries were pending when the file was last closed.
     pub(crate) fn open(
         journal: Journal,
         webhooks: WebhookQueue,
         bulk_max_size: usize,
         faults: FaultInjector,
-    ) -> Result<(Self, Vec<StoredDelivery>)> {
+    ) -> Result<(Self, u64)> {
         let mut ledgers: BTreeMap<String, LedgerState> = journal
             .ledgers()?
             .into_iter()
@@ -96,7 +97,7 @@ impl Engine {
             state.apply(&log);
             Ok(())
         })?;
-        let pending = journal.pending_deliveries()?;
+        let pending = journal.count_pending_deliveries()?;
         let ledgers = ledgers
             .into_iter()
             .map(|(name, state)| (name, Slot::new(state)))
@@ -283,7 +284,7 @@ impl Engine {
             slot.state.apply(log);
         }
         drop(inner);
-        self.publish(&[&plan], deliveries);
+        self.publish(&[&plan], deliveries.len());
         Ok(plan)
     }
 
@@ -308,10 +309,12 @@ impl Engine {
         })
     }
 
-    fn publish(&self, plans: &[&Plan], deliveries: Vec<StoredDelivery>) {
+    /// Counts the replays and tells the dispatcher that `deliveries` committed
+    /// deliveries wait in the journal.
+    fn publish(&self, plans: &[&Plan], deliveries: usize) {
         let hits = plans.iter().filter(|p| p.is_replay()).count() as u64;
         self.idempotency_hits.fetch_add(hits, Ordering::Relaxed);
-        self.webhooks.dispatch(deliveries);
+        self.webhooks.announce(deliveries);
     }
 
     /// `POST /v2/{ledger}/_bulk`: elements in order, each with its own key.
@@ -344,7 +347,8 @@ impl Engine {
         let mut scratch = (options.atomic && !creates_only).then(|| slot.state.clone());
         let mut staged: Vec<(Plan, DateTime<Utc>)> = Vec::new();
         let mut published: Vec<Plan> = Vec::new();
-        let mut all_deliveries = Vec::new();
+        // What the dispatcher is told of; the deliveries themselves are in the journal.
+        let mut announced = 0;
 
         for element in elements {
             if failed && !options.continue_on_failure {
@@ -412,7 +416,7 @@ impl Engine {
                     if let Some(log) = plan.new_log() {
                         slot.state.apply(log);
                     }
-                    all_deliveries.extend(deliveries);
+                    announced += deliveries.len();
                     published.push(plan);
                 }
             }
@@ -433,14 +437,14 @@ impl Engine {
             if let Some(scratch) = scratch {
                 slot.state = scratch;
             }
-            all_deliveries.extend(deliveries);
+            announced += deliveries.len();
             published.extend(staged.into_iter().map(|(p, _)| p));
         } else if let Some(checkpoint) = checkpoint {
             slot.state.undo(checkpoint);
         }
         drop(inner);
         let refs: Vec<&Plan> = published.iter().collect();
-        self.publish(&refs, all_deliveries);
+        self.publish(&refs, announced);
         Ok(results)
     }
 
@@ -454,7 +458,7 @@ impl Engine {
     }
 }
 
-impl OutcomeSink for Engine {
+impl DeliveryJournal for Engine {
     fn record(
         &self,
         delivery_id: &str,
@@ -471,5 +475,9 @@ impl OutcomeSink for Engine {
             // duplicate, which at-least-once allows.
             tracing::error!(error = %e, delivery = delivery_id, "cannot record a webhook outcome");
         }
+    }
+
+    fn pending_after(&self, after: i64, limit: usize) -> Result<Vec<(i64, StoredDelivery)>> {
+        self.lock().journal.pending_deliveries_after(after, limit)
     }
 }

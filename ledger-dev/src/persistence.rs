@@ -177,40 +177,65 @@ impl Journal {
         Ok(())
     }
 
-    /// The deliveries without an outcome, in the order they were written.
-    pub(crate) fn pending_deliveries(&self) -> Result<Vec<StoredDelivery>> {
+    /// How many deliveries have no outcome yet.
+    pub(crate) fn count_pending_deliveries(&self) -> Result<u64> {
+        self.conn
+            .query_row(
+                "SELECT count(*) FROM webhook_deliveries d
+                 LEFT JOIN webhook_outcomes o ON o.delivery_id = d.id
+                 WHERE o.delivery_id IS NULL",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| u64::try_from(n).unwrap_or(0))
+            .map_err(|e| self.err("cannot count pending webhook deliveries", &e))
+    }
+
+    /// Up to `limit` deliveries without an outcome written after the one numbered
+    /// `after` (0: from the first), in the order they were written, each with its
+    /// number: the dispatcher's next page.
+    pub(crate) fn pending_deliveries_after(
+        &self,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, StoredDelivery)>> {
         let read = |e: rusqlite::Error| self.err("cannot read webhook deliveries", &e);
         let mut stmt = self
             .conn
-            .prepare(
-                "SELECT d.id, d.url, d.event_type, d.body, d.created_at FROM webhook_deliveries d
+            .prepare_cached(
+                "SELECT d.seq, d.id, d.url, d.event_type, d.body, d.created_at FROM webhook_deliveries d
                  LEFT JOIN webhook_outcomes o ON o.delivery_id = d.id
-                 WHERE o.delivery_id IS NULL ORDER BY d.seq",
+                 WHERE d.seq > ?1 AND o.delivery_id IS NULL ORDER BY d.seq LIMIT ?2",
             )
             .map_err(read)?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = stmt
-            .query_map([], |r| {
+            .query_map(params![after, limit], |r| {
                 Ok((
-                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(0)?,
                     r.get::<_, String>(1)?,
                     r.get::<_, String>(2)?,
                     r.get::<_, String>(3)?,
                     r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
                 ))
             })
             .map_err(read)?;
         let mut pending = Vec::new();
         for row in rows {
-            let (id, url, event_type, body, created_at) = row.map_err(read)?;
+            let (seq, id, url, event_type, body, created_at) = row.map_err(read)?;
             let created_at = clock::parse(&created_at)
                 .map_err(|e| Error::new(ErrorKind::Storage, e).with("data", &self.location))?;
-            pending.push(StoredDelivery {
-                id,
-                url,
-                event_type,
-                body,
-                created_at,
-            });
+            pending.push((
+                seq,
+                StoredDelivery {
+                    id,
+                    url,
+                    event_type,
+                    body,
+                    created_at,
+                },
+            ));
         }
         Ok(pending)
     }
@@ -364,10 +389,45 @@ mod tests {
         journal
             .record_outcome("a", DeliveryOutcome::Failed, 2, None)
             .unwrap();
-        let pending = journal.pending_deliveries().unwrap();
-        assert_eq!(
-            pending.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(),
-            ["b"]
-        );
+        let ids = |after: i64, limit: usize| -> Vec<String> {
+            journal
+                .pending_deliveries_after(after, limit)
+                .unwrap()
+                .into_iter()
+                .map(|(_, d)| d.id)
+                .collect()
+        };
+        assert_eq!(ids(0, 10), ["b"]);
+        assert_eq!(journal.count_pending_deliveries().unwrap(), 1);
+    }
+
+    #[test]
+    fn pending_deliveries_come_in_pages_in_written_order() {
+        let mut journal = Journal::open(None).unwrap();
+        let d = |id: String| StoredDelivery {
+            id,
+            url: "http://127.0.0.1:9/h".into(),
+            event_type: "ledger.committed_transactions".into(),
+            body: "{}".into(),
+            created_at: clock::now(),
+        };
+        let written: Vec<StoredDelivery> = (0..7).map(|n| d(format!("d{n}"))).collect();
+        journal.commit("l", &[], &written).unwrap();
+        journal
+            .record_outcome("d2", DeliveryOutcome::Delivered, 1, None)
+            .unwrap();
+        let mut seen = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = journal.pending_deliveries_after(after, 3).unwrap();
+            if page.is_empty() {
+                break;
+            }
+            assert!(page.len() <= 3, "a page longer than its limit: {page:?}");
+            after = page.last().unwrap().0;
+            seen.extend(page.into_iter().map(|(_, d)| d.id));
+        }
+        assert_eq!(seen, ["d0", "d1", "d3", "d4", "d5", "d6"]);
+        assert_eq!(journal.count_pending_deliveries().unwrap(), 6);
     }
 }

@@ -13,7 +13,7 @@ use crate::engine::Engine;
 use crate::faults::{FaultInjector, FaultLayer};
 use crate::persistence::Journal;
 use crate::routes::{self, AppState};
-use crate::webhooks::{self, OutcomeSink, WebhookQueue};
+use crate::webhooks::{self, DeliveryJournal, WebhookQueue};
 
 /// How long `shutdown` waits for in-flight requests before cutting them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -39,7 +39,7 @@ impl DevLedger {
                     format!("opening the journal panicked: {e}"),
                 )
             })??;
-        let (queue, receiver) = WebhookQueue::new(&config.webhooks);
+        let (queue, wake) = WebhookQueue::new(&config.webhooks);
         let counters = Arc::clone(&queue.counters);
         let bulk_max_size = config.bulk_max_size;
         let faults = FaultInjector::default();
@@ -74,10 +74,12 @@ impl DevLedger {
                 }
             }
         }
-        if !pending.is_empty() {
-            tracing::info!(count = pending.len(), "resuming pending webhook deliveries");
+        if pending > 0 {
+            tracing::info!(count = pending, "resuming pending webhook deliveries");
         }
-        engine.webhooks().dispatch(pending);
+        engine
+            .webhooks()
+            .announce(usize::try_from(pending).unwrap_or(usize::MAX));
 
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -93,13 +95,13 @@ impl DevLedger {
         })?;
 
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let sink: Arc<dyn OutcomeSink> = Arc::clone(&engine) as Arc<dyn OutcomeSink>;
+        let journal: Arc<dyn DeliveryJournal> = Arc::clone(&engine) as Arc<dyn DeliveryJournal>;
         let dispatcher = tokio::spawn(webhooks::run_dispatcher(
-            receiver,
+            wake,
             config.webhooks.clone(),
             config.webhook_backoff,
             counters,
-            sink,
+            journal,
             shutdown_rx.clone(),
         ));
 

@@ -6,6 +6,11 @@
 //! backoff; any other 4xx is a permanent failure. Deliveries are persisted with the
 //! write that produced them and marked done only when they end, so a restart
 //! resumes what was not acknowledged: at-least-once, no ordering guarantee.
+//!
+//! The engine only announces committed deliveries; the dispatcher reads them back
+//! from the journal a page at a time, and only as many as it has free slots, so a
+//! receiver slower than the ledger's writes leaves the backlog in the journal
+//! rather than in memory (docs/LEDGER.md#webhook-deliveries).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,18 +18,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER, USER_AGENT};
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use crate::config::{WebhookBackoff, WebhookTarget};
 use crate::events::Event;
 use crate::persistence::{DeliveryOutcome, StoredDelivery};
+use outbox_core::Result;
 use outbox_ledger_formance::sign;
 
 /// Per-attempt HTTP timeout (the real service uses 30 s; dev receivers are local).
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Deliveries in flight at once.
+/// Deliveries in flight at once, and so the most held in memory.
 const MAX_CONCURRENT: usize = 32;
+/// How long the dispatcher waits before reading the journal again after a failed read.
+const READ_RETRY: Duration = Duration::from_secs(1);
 
 /// Delivery counters shared by the engine and the dispatcher.
 #[derive(Debug, Default)]
@@ -42,25 +50,25 @@ impl WebhookCounters {
     }
 }
 
-/// The engine's side: turns events into deliveries and hands them over.
+/// The engine's side: turns events into deliveries and announces committed ones.
 #[derive(Debug)]
 pub(crate) struct WebhookQueue {
     urls: Vec<String>,
-    sender: mpsc::UnboundedSender<StoredDelivery>,
+    /// Woken when deliveries were committed; the dispatcher reads them from the journal.
+    wake: Arc<Notify>,
     pub(crate) counters: Arc<WebhookCounters>,
 }
 
 impl WebhookQueue {
-    pub(crate) fn new(
-        targets: &[WebhookTarget],
-    ) -> (Self, mpsc::UnboundedReceiver<StoredDelivery>) {
-        let (sender, receiver) = mpsc::unbounded_channel();
+    /// The queue, and what wakes its dispatcher.
+    pub(crate) fn new(targets: &[WebhookTarget]) -> (Self, Arc<Notify>) {
+        let wake = Arc::new(Notify::new());
         let queue = Self {
             urls: targets.iter().map(|t| t.url.clone()).collect(),
-            sender,
+            wake: Arc::clone(&wake),
             counters: Arc::new(WebhookCounters::default()),
         };
-        (queue, receiver)
+        (queue, wake)
     }
 
     /// One delivery per configured endpoint; the body is built once so every
@@ -87,19 +95,22 @@ impl WebhookQueue {
             .collect()
     }
 
-    /// Hands committed deliveries to the dispatcher.
-    pub(crate) fn dispatch(&self, deliveries: Vec<StoredDelivery>) {
-        for d in deliveries {
-            self.counters.enqueued.fetch_add(1, Ordering::Relaxed);
-            // The receiver lives as long as the server; after shutdown the
-            // delivery stays pending in the journal and is resumed next start.
-            let _ = self.sender.send(d);
+    /// Tells the dispatcher that `count` more deliveries are committed to the journal
+    /// (at start: the ones a previous run left pending).
+    pub(crate) fn announce(&self, count: usize) {
+        if count == 0 {
+            return;
         }
+        self.counters
+            .enqueued
+            .fetch_add(count as u64, Ordering::Relaxed);
+        // A stored permit when the dispatcher is busy: it reads again before waiting.
+        self.wake.notify_one();
     }
 }
 
-/// Where the dispatcher records how deliveries ended.
-pub(crate) trait OutcomeSink: Send + Sync + 'static {
+/// Where the dispatcher reads pending deliveries and records how they ended.
+pub(crate) trait DeliveryJournal: Send + Sync + 'static {
     fn record(
         &self,
         delivery_id: &str,
@@ -107,15 +118,19 @@ pub(crate) trait OutcomeSink: Send + Sync + 'static {
         attempts: u32,
         detail: Option<&str>,
     );
+
+    /// Up to `limit` deliveries without an outcome, written after the one numbered
+    /// `after`, in written order, each with its number.
+    fn pending_after(&self, after: i64, limit: usize) -> Result<Vec<(i64, StoredDelivery)>>;
 }
 
 /// Runs deliveries until `shutdown`; unfinished ones stay pending in the journal.
 pub(crate) async fn run_dispatcher(
-    mut receiver: mpsc::UnboundedReceiver<StoredDelivery>,
+    wake: Arc<Notify>,
     targets: Vec<WebhookTarget>,
     backoff: WebhookBackoff,
     counters: Arc<WebhookCounters>,
-    sink: Arc<dyn OutcomeSink>,
+    journal: Arc<dyn DeliveryJournal>,
     shutdown: watch::Receiver<bool>,
 ) {
     let client = match reqwest::Client::builder()
@@ -137,36 +152,75 @@ pub(crate) async fn run_dispatcher(
             .map(|t| (t.url, t.secret))
             .collect(),
     );
-    let permits = Arc::new(Semaphore::new(MAX_CONCURRENT));
+    let slots = Arc::new(Semaphore::new(MAX_CONCURRENT));
     let mut running = JoinSet::new();
     let mut stop = shutdown.clone();
-    loop {
-        tokio::select! {
+    // The number of the last delivery read from the journal.
+    let mut after = 0;
+    'dispatch: loop {
+        while running.try_join_next().is_some() {}
+        // A free slot first: whatever waits beyond the slots stays in the journal.
+        let slot = tokio::select! {
             _ = stop.wait_for(|stop| *stop) => break,
-            Some(_) = running.join_next(), if !running.is_empty() => {}
-            next = receiver.recv() => {
-                let Some(delivery) = next else { break };
-                let Some(secret) = secrets.get(&delivery.url).cloned() else {
-                    tracing::warn!(
-                        delivery = %delivery.id, url = %delivery.url,
-                        "pending webhook delivery for an endpoint that is no longer configured; left pending"
-                    );
-                    continue;
-                };
-                let attempt = Attempts {
-                    client: client.clone(),
-                    secret,
-                    backoff,
-                    counters: Arc::clone(&counters),
-                    sink: Arc::clone(&sink),
-                    shutdown: shutdown.clone(),
-                };
-                let permits = Arc::clone(&permits);
-                running.spawn(async move {
-                    let Ok(_permit) = permits.acquire_owned().await else { return };
-                    attempt.deliver(delivery).await;
-                });
+            slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
+        };
+        let page = {
+            let journal = Arc::clone(&journal);
+            let limit = slots.available_permits() + 1;
+            tokio::task::spawn_blocking(move || journal.pending_after(after, limit)).await
+        };
+        let page = match page {
+            Ok(Ok(page)) => page,
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "cannot read pending webhook deliveries; retrying");
+                drop(slot);
+                tokio::select! {
+                    _ = stop.wait_for(|stop| *stop) => break,
+                    () = tokio::time::sleep(READ_RETRY) => continue,
+                }
             }
+            Err(e) => {
+                tracing::error!(error = %e, "reading pending webhook deliveries panicked; retrying");
+                drop(slot);
+                continue;
+            }
+        };
+        if page.is_empty() {
+            drop(slot);
+            tokio::select! {
+                _ = stop.wait_for(|stop| *stop) => break,
+                () = wake.notified() => continue,
+            }
+        }
+        let mut slot = Some(slot);
+        for (number, delivery) in page {
+            after = number;
+            let Some(secret) = secrets.get(&delivery.url).cloned() else {
+                tracing::warn!(
+                    delivery = %delivery.id, url = %delivery.url,
+                    "pending webhook delivery for an endpoint that is no longer configured; left pending"
+                );
+                continue;
+            };
+            let slot = match slot.take() {
+                Some(slot) => slot,
+                None => tokio::select! {
+                    _ = stop.wait_for(|stop| *stop) => break 'dispatch,
+                    slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
+                },
+            };
+            let attempt = Attempts {
+                client: client.clone(),
+                secret,
+                backoff,
+                counters: Arc::clone(&counters),
+                journal: Arc::clone(&journal),
+                shutdown: shutdown.clone(),
+            };
+            running.spawn(async move {
+                let _slot = slot;
+                attempt.deliver(delivery).await;
+            });
         }
     }
     running.abort_all();
@@ -178,7 +232,7 @@ struct Attempts {
     secret: String,
     backoff: WebhookBackoff,
     counters: Arc<WebhookCounters>,
-    sink: Arc<dyn OutcomeSink>,
+    journal: Arc<dyn DeliveryJournal>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -224,10 +278,10 @@ impl Attempts {
             }
             // Record first, count second: once the stats say "delivered", the
             // journal says so too.
-            let sink = Arc::clone(&self.sink);
+            let journal = Arc::clone(&self.journal);
             let id = delivery.id.clone();
             let recorded = tokio::task::spawn_blocking(move || {
-                sink.record(&id, outcome, attempt, detail.as_deref())
+                journal.record(&id, outcome, attempt, detail.as_deref())
             });
             if let Err(e) = recorded.await {
                 tracing::error!(delivery = %delivery.id, error = %e, "recording a webhook outcome panicked");

@@ -20,6 +20,11 @@ impl Args {
             .map(String::as_str)
     }
 
+    /// Whether the flag `name` was given (a switch without a value).
+    pub fn has(&self, name: &str) -> bool {
+        self.0.iter().any(|a| a == name)
+    }
+
     /// A whole number (`20_000` allowed), or `default`.
     pub fn num(&self, name: &str, default: usize) -> usize {
         self.value(name)

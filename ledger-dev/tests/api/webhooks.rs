@@ -231,3 +231,54 @@ async fn a_permanent_4xx_is_not_retried() {
     h2.wait_stats("the delivery", |s| s.webhooks_delivered == 1)
         .await;
 }
+
+/// More deliveries than the dispatcher's 32 slots, with the first attempts refused
+/// so every slot sits in backoff while the rest wait in the journal: each
+/// transaction's event still arrives, under one delivery id each, and nothing is
+/// left pending.
+#[tokio::test]
+async fn a_backlog_beyond_the_delivery_slots_is_delivered_in_full() {
+    let Some(c) = contracts() else { return };
+    const TRANSACTIONS: usize = 100;
+    let mut receiver = Receiver::start(&[503; 40]).await;
+    let h = Harness::start_with(c, config(&receiver)).await;
+    let mut ids = std::collections::BTreeSet::new();
+    for n in 0..TRANSACTIONS {
+        let tx = h
+            .create(
+                &json!({"postings": [{"source": "world", "destination": format!("merchants:{n}:available"), "amount": 100, "asset": "USD/2"}]}),
+                Some(&format!("backlog-{n}")),
+            )
+            .await;
+        ids.insert(tx["id"].as_u64().expect("a transaction id"));
+    }
+    h.wait_stats("every delivery to be acknowledged", |s| {
+        s.webhooks_delivered == TRANSACTIONS as u64 && s.webhooks_pending == 0
+    })
+    .await;
+    let mut delivered = std::collections::BTreeMap::new();
+    for attempt in receiver.drain() {
+        let event = check_attempt(&attempt);
+        let tx = event["payload"]["transactions"][0]["id"].as_u64().unwrap();
+        delivered
+            .entry(tx)
+            .or_insert_with(std::collections::BTreeSet::new)
+            .insert(attempt.header("formance-webhook-id").to_owned());
+    }
+    assert_eq!(
+        delivered
+            .keys()
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>(),
+        ids,
+        "every committed transaction's event arrived"
+    );
+    assert!(
+        delivered
+            .values()
+            .all(|delivery_ids| delivery_ids.len() == 1),
+        "one delivery id per event across its retries: {delivered:?}"
+    );
+    assert_eq!(receiver.scripted_left(), 0);
+    assert_eq!(h.ledger.stats().webhooks_failed, 0);
+}
