@@ -8,11 +8,11 @@
 //! resumes what was not acknowledged: at-least-once, no ordering guarantee.
 //!
 //! The engine only announces committed deliveries; the dispatcher reads them back
-//! from the journal a page at a time, and only as many as it has free slots, so a
+//! from the journal a page at a time, never more than a page ahead of its slots, so a
 //! receiver slower than the ledger's writes leaves the backlog in the journal
 //! rather than in memory (docs/LEDGER.md#webhook-deliveries).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -29,8 +29,11 @@ use outbox_ledger_formance::sign;
 
 /// Per-attempt HTTP timeout (the real service uses 30 s; dev receivers are local).
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Deliveries in flight at once, and so the most held in memory.
+/// Deliveries in flight at once.
 const MAX_CONCURRENT: usize = 32;
+/// Deliveries read from the journal ahead of a free slot: with the ones in flight,
+/// the most the dispatcher holds in memory.
+const READ_AHEAD: usize = 256;
 /// How long the dispatcher waits before reading the journal again after a failed read.
 const READ_RETRY: Duration = Duration::from_secs(1);
 
@@ -155,73 +158,65 @@ pub(crate) async fn run_dispatcher(
     let slots = Arc::new(Semaphore::new(MAX_CONCURRENT));
     let mut running = JoinSet::new();
     let mut stop = shutdown.clone();
+    // Read ahead of the slots, a page at a time: one journal read (and one wait for
+    // the engine's lock, behind the writes) per page rather than per delivery.
+    let mut ahead: VecDeque<StoredDelivery> = VecDeque::with_capacity(READ_AHEAD);
     // The number of the last delivery read from the journal.
     let mut after = 0;
-    'dispatch: loop {
+    loop {
         while running.try_join_next().is_some() {}
-        // A free slot first: whatever waits beyond the slots stays in the journal.
+        let Some(delivery) = ahead.pop_front() else {
+            let page = {
+                let journal = Arc::clone(&journal);
+                tokio::task::spawn_blocking(move || journal.pending_after(after, READ_AHEAD)).await
+            };
+            match page {
+                Ok(Ok(page)) if page.is_empty() => {
+                    tokio::select! {
+                        _ = stop.wait_for(|stop| *stop) => break,
+                        () = wake.notified() => {}
+                    }
+                }
+                Ok(Ok(page)) => {
+                    after = page.last().map_or(after, |(number, _)| *number);
+                    ahead.extend(page.into_iter().map(|(_, delivery)| delivery));
+                }
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "cannot read pending webhook deliveries; retrying");
+                    tokio::select! {
+                        _ = stop.wait_for(|stop| *stop) => break,
+                        () = tokio::time::sleep(READ_RETRY) => {}
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "reading pending webhook deliveries panicked; retrying");
+                }
+            }
+            continue;
+        };
+        let Some(secret) = secrets.get(&delivery.url).cloned() else {
+            tracing::warn!(
+                delivery = %delivery.id, url = %delivery.url,
+                "pending webhook delivery for an endpoint that is no longer configured; left pending"
+            );
+            continue;
+        };
         let slot = tokio::select! {
             _ = stop.wait_for(|stop| *stop) => break,
             slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
         };
-        let page = {
-            let journal = Arc::clone(&journal);
-            let limit = slots.available_permits() + 1;
-            tokio::task::spawn_blocking(move || journal.pending_after(after, limit)).await
+        let attempt = Attempts {
+            client: client.clone(),
+            secret,
+            backoff,
+            counters: Arc::clone(&counters),
+            journal: Arc::clone(&journal),
+            shutdown: shutdown.clone(),
         };
-        let page = match page {
-            Ok(Ok(page)) => page,
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "cannot read pending webhook deliveries; retrying");
-                drop(slot);
-                tokio::select! {
-                    _ = stop.wait_for(|stop| *stop) => break,
-                    () = tokio::time::sleep(READ_RETRY) => continue,
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "reading pending webhook deliveries panicked; retrying");
-                drop(slot);
-                continue;
-            }
-        };
-        if page.is_empty() {
-            drop(slot);
-            tokio::select! {
-                _ = stop.wait_for(|stop| *stop) => break,
-                () = wake.notified() => continue,
-            }
-        }
-        let mut slot = Some(slot);
-        for (number, delivery) in page {
-            after = number;
-            let Some(secret) = secrets.get(&delivery.url).cloned() else {
-                tracing::warn!(
-                    delivery = %delivery.id, url = %delivery.url,
-                    "pending webhook delivery for an endpoint that is no longer configured; left pending"
-                );
-                continue;
-            };
-            let slot = match slot.take() {
-                Some(slot) => slot,
-                None => tokio::select! {
-                    _ = stop.wait_for(|stop| *stop) => break 'dispatch,
-                    slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
-                },
-            };
-            let attempt = Attempts {
-                client: client.clone(),
-                secret,
-                backoff,
-                counters: Arc::clone(&counters),
-                journal: Arc::clone(&journal),
-                shutdown: shutdown.clone(),
-            };
-            running.spawn(async move {
-                let _slot = slot;
-                attempt.deliver(delivery).await;
-            });
-        }
+        running.spawn(async move {
+            let _slot = slot;
+            attempt.deliver(delivery).await;
+        });
     }
     running.abort_all();
     while running.join_next().await.is_some() {}
