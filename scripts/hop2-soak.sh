@@ -92,9 +92,6 @@ alive() {
         fi
     done
 }
-sample() {
-    printf '%4s %s   %s   %s   %s\n' "$1" "$(memory "$fanout")" "$(memory "$consume")" "$(memory "$relay")" "$(memory "$ledger")"
-}
 
 cat > "$work/count.py" <<'PY'
 import sqlite3, sys
@@ -108,10 +105,15 @@ print(count(f"{work}/outbox.db", "SELECT count(*) FROM outbox_events"),
       count(f"{work}/treasury.db", "SELECT count(*) FROM inbox_messages"))
 PY
 counts() { python3 "$work/count.py" "$work"; }
+# Memory of each process, then how far the chain got: events enqueued, and applied
+# by the consumer (the gap is what is still in flight somewhere in the chain).
+sample() {
+    printf '%4s %s   %s   %s   %s   %s\n' "$1" "$(memory "$fanout")" "$(memory "$consume")" "$(memory "$relay")" "$(memory "$ledger")" "$(counts)"
+}
 
 echo "hop 2 soak: ${SECONDS_TO_RUN} s, $CHUNK events per enqueue transaction; relay → dev ledger → webhooks → fan-out (SQLite) → RabbitMQ ($QUEUES queues) → consumer (SQLite)"
-echo "        fan-out kB         consumer kB        relay kB           dev ledger kB"
-echo "   s    rss     peak       rss     peak       rss     peak       rss     peak"
+echo "        fan-out kB         consumer kB        relay kB           dev ledger kB      events"
+echo "   s    rss     peak       rss     peak       rss     peak       rss     peak       enqueued applied"
 # Each sample first checks that the chain is still whole.
 checked_sample() {
     alive
@@ -119,6 +121,7 @@ checked_sample() {
 }
 feed_for "$SECONDS_TO_RUN" "$outbox_db" "$work/chunk.jsonl" checked_sample
 # Bounded: the chain catches up within 300 s or the script says so.
+caught_up_from=$SECONDS
 for _ in $(seq 1 3000); do
     read -r events applied <<< "$(counts)"
     [ "$events" = "$applied" ] && break
@@ -127,7 +130,7 @@ for _ in $(seq 1 3000); do
 done
 sample end
 read -r events applied <<< "$(counts)"
-echo "offered $events events ($((events / SECONDS_TO_RUN))/s); applied by the consumer $applied"
+echo "offered $events events ($((events / SECONDS_TO_RUN))/s); applied by the consumer $applied, $((SECONDS - caught_up_from)) s after the feeder stopped"
 if [ "$events" != "$applied" ]; then
     echo "the consumer did not apply every event within 300 s of the feeder's end" >&2
     exit 1

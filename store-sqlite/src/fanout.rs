@@ -2,16 +2,18 @@
 //! SQLite file.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use outbox_core::{
     Account, AppendOutcome, DeadLetter, DeadLetterQuery, Error, FanoutMessage, FanoutStore,
     MessageKind, NewDeadLetter, ReplayRequest, StoredMessage,
 };
-use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use rusqlite::{OptionalExtension, params};
 
 use crate::config::SqliteConfig;
 use crate::error::SqliteResultExt;
+use crate::fanout_append::AppendQueue;
 use crate::fanout_dead_letters as dead_letters;
 use crate::shared::SharedConnection;
 use crate::time;
@@ -24,10 +26,12 @@ use crate::time;
 /// Positions are `fanout_messages.position` (rowid, AUTOINCREMENT). SQLite has one
 /// writer at a time and every append is one `IMMEDIATE` transaction that draws its
 /// positions after taking the write lock, so position order is commit order, across
-/// processes too: `read_after(cursor)` cannot skip a late commit.
+/// processes too: `read_after(cursor)` cannot skip a late commit. Concurrent appends
+/// share one such transaction (group commit, `crate::fanout_append`).
 #[derive(Clone)]
 pub struct SqliteFanoutStore {
     shared: SharedConnection,
+    appends: Arc<AppendQueue>,
 }
 
 impl std::fmt::Debug for SqliteFanoutStore {
@@ -47,6 +51,7 @@ impl SqliteFanoutStore {
     pub async fn open(config: SqliteConfig) -> outbox_core::Result<Self> {
         Ok(Self {
             shared: SharedConnection::open(config).await?,
+            appends: Arc::default(),
         })
     }
 
@@ -59,43 +64,9 @@ impl SqliteFanoutStore {
     }
 }
 
-/// One message as its row will hold it, checked before the transaction starts.
-struct NewRow {
-    dedup_key: String,
-    instruction_id: String,
-    account: String,
-    sequence: i64,
-    kind: &'static str,
-    ledger: String,
-    ledger_tx_id: Option<i64>,
-    traceparent: Option<String>,
-    tracestate: Option<String>,
-    payload: Vec<u8>,
-}
-
 pub(crate) fn to_i64(field: &str, value: u64) -> outbox_core::Result<i64> {
     i64::try_from(value)
         .map_err(|_| Error::invalid(field, format!("{value} does not fit a 63-bit integer")))
-}
-
-impl NewRow {
-    fn from_message(m: &FanoutMessage) -> outbox_core::Result<Self> {
-        Ok(Self {
-            dedup_key: m.dedup_key(),
-            instruction_id: m.instruction_id.clone(),
-            account: m.account.as_str().to_owned(),
-            sequence: to_i64("sequence", m.sequence)?,
-            kind: m.kind.as_str(),
-            ledger: m.ledger.clone(),
-            ledger_tx_id: m
-                .ledger_tx_id
-                .map(|tx| to_i64("ledger_tx_id", tx))
-                .transpose()?,
-            traceparent: m.traceparent.clone(),
-            tracestate: m.tracestate.clone(),
-            payload: m.payload.clone(),
-        })
-    }
 }
 
 /// A stored value that cannot be what the store wrote.
@@ -135,87 +106,18 @@ pub(crate) fn message_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Stor
     })
 }
 
-/// Cancel safety: the work runs on a blocking thread that finishes even when the
-/// caller's future is dropped; an append then commits or rolls back on its own, and
-/// the caller learns nothing. A retried delivery is recognised by its id either way.
 #[async_trait]
 impl FanoutStore for SqliteFanoutStore {
+    /// Group commit (`crate::fanout_append`): concurrent webhooks share one durable
+    /// commit, each answered only once its own rows are in it.
     async fn append(
         &self,
         delivery_id: &str,
         messages: &[FanoutMessage],
     ) -> outbox_core::Result<AppendOutcome> {
-        let id = delivery_id.to_owned();
-        let rows = messages
-            .iter()
-            .map(NewRow::from_message)
-            .collect::<outbox_core::Result<Vec<_>>>()
-            .map_err(|e| e.with("delivery_id", delivery_id))?;
-        self.shared.run(move |conn| {
-            // IMMEDIATE: the write lock is taken (or BUSY, transient) before anything
-            // is read, and every position of this append is drawn under it.
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .storage()?;
-            let now = time::now_micros();
-            let first_time = tx
-                .prepare_cached(
-                    "INSERT INTO fanout_deliveries (delivery_id, received_at) VALUES (?1, ?2)
-                     ON CONFLICT (delivery_id) DO NOTHING",
-                )
-                .storage()?
-                .execute(params![id, now])
-                .storage()?
-                == 1;
-            if !first_time {
-                // Nothing was written; dropping the transaction rolls it back.
-                return Ok(AppendOutcome {
-                    delivery_seen: true,
-                    ..AppendOutcome::default()
-                });
-            }
-            let mut outcome = AppendOutcome::default();
-            {
-                let mut insert = tx
-                    .prepare_cached(
-                        "INSERT INTO fanout_messages (dedup_key, instruction_id, account, sequence, kind,
-                             ledger, ledger_tx_id, traceparent, tracestate, payload, received_at)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-                         ON CONFLICT (dedup_key) DO NOTHING",
-                    )
-                    .storage()?;
-                for row in &rows {
-                    // A duplicate within this append conflicts with the row written a
-                    // moment ago, so the first occurrence is the one kept.
-                    let inserted = insert
-                        .execute(params![
-                            row.dedup_key,
-                            row.instruction_id,
-                            row.account,
-                            row.sequence,
-                            row.kind,
-                            row.ledger,
-                            row.ledger_tx_id,
-                            row.traceparent,
-                            row.tracestate,
-                            row.payload,
-                            now
-                        ])
-                        .map_err(|e| {
-                            crate::error::map(e).with("dedup_key", &row.dedup_key)
-                        })?;
-                    if inserted == 1 {
-                        outcome.stored += 1;
-                    } else {
-                        outcome.duplicates += 1;
-                    }
-                }
-            }
-            tx.commit().storage()?;
-            Ok(outcome)
-        })
-        .await
-        .map_err(|e| e.with("delivery_id", delivery_id))
+        self.appends
+            .append(&self.shared, delivery_id, messages)
+            .await
     }
 
     async fn read_after(

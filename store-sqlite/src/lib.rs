@@ -7,6 +7,7 @@ mod enqueue;
 mod error;
 mod exceptions;
 mod fanout;
+mod fanout_append;
 mod fanout_dead_letters;
 mod inbox;
 pub mod position;

@@ -58,6 +58,22 @@ impl SharedConnection {
         .await
         .map_err(join_error)?
     }
+
+    /// Runs `f` on the connection on a blocking thread, without waiting for it: the
+    /// work finishes whether or not anybody is still interested.
+    pub(crate) fn spawn<F>(&self, f: F)
+    where
+        F: FnOnce(&mut Connection) + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let mut conn = inner
+                .conn
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            f(&mut conn);
+        });
+    }
 }
 
 fn join_error(err: tokio::task::JoinError) -> Error {

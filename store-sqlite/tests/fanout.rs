@@ -137,6 +137,83 @@ async fn writer_lock_makes_writes_transient_and_reads_go_on() {
     assert!(!retried.delivery_seen);
 }
 
+/// Appends that wait for the writer lock together are written together (group
+/// commit: one transaction, one `received_at`), and one that fails inside the group
+/// leaves nothing behind while the others are kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_waiting_together_commit_together_and_fail_alone() {
+    let harness = Sqlite::new().await;
+    let store = harness.store();
+    let refused = "0190f2a0-7b1c-7cc2-8a4e-3f1d2c3b4a5b";
+    harness.refuse_instruction(refused).await;
+    let blocker = connect(&harness.config).expect("connect");
+    blocker.execute_batch("BEGIN IMMEDIATE").expect("begin");
+
+    let mut appends = Vec::new();
+    for (delivery, instruction, sequence) in [
+        ("wh-a", "0190f2a0-7b1c-7cc2-8a4e-3f1d2c3b4a5a", 1),
+        ("wh-b", refused, 2),
+        ("wh-c", "0190f2a0-7b1c-7cc2-8a4e-3f1d2c3b4a5c", 3),
+    ] {
+        let store = store.clone();
+        let message = fanout_message(
+            instruction,
+            "4471",
+            sequence,
+            MessageKind::Committed,
+            sequence,
+        );
+        appends.push(tokio::spawn(async move {
+            store.append(delivery, std::slice::from_ref(&message)).await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        appends.iter().all(|a| !a.is_finished()),
+        "no append can finish while another connection holds the writer lock"
+    );
+    blocker.execute_batch("COMMIT").expect("release the lock");
+
+    let mut outcomes = Vec::new();
+    for append in appends {
+        outcomes.push(append.await.expect("append task"));
+    }
+    let kept: Vec<usize> = [&outcomes[0], &outcomes[2]]
+        .iter()
+        .map(|o| o.as_ref().expect("a good append in the group").stored)
+        .collect();
+    assert_eq!(kept, [1, 1]);
+    let err = outcomes[1].as_ref().expect_err("the refused append fails");
+    assert!(!err.is_transient(), "{err}");
+    assert_eq!(err.context("delivery_id"), Some("wh-b"));
+
+    let stored = store.read_after(0, 10).await.expect("read");
+    let sequences: Vec<u64> = stored.iter().map(|m| m.message.sequence).collect();
+    assert_eq!(
+        sequences,
+        [1, 3],
+        "only the good appends' messages are stored"
+    );
+    assert_eq!(
+        stored[0].received_at, stored[1].received_at,
+        "the appends that waited together were written in one transaction"
+    );
+
+    // The refused append left no trace: once the refusal is gone, its retry is a
+    // first delivery.
+    harness
+        .execute_raw("DROP TRIGGER test_refuse_instruction")
+        .await
+        .expect("drop trigger");
+    let message = fanout_message(refused, "4471", 2, MessageKind::Committed, 2);
+    let retried = store
+        .append("wh-b", std::slice::from_ref(&message))
+        .await
+        .expect("retry");
+    assert!(!retried.delivery_seen);
+    assert_eq!(retried.stored, 1);
+}
+
 /// The fan-out tables come with the outbox migrations: one database serves both.
 #[tokio::test]
 async fn outbox_store_and_fanout_store_share_one_database() {
