@@ -48,15 +48,9 @@ impl SharedConnection {
         F: FnOnce(&mut Connection) -> outbox_core::Result<T> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || {
-            let mut conn = inner
-                .conn
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            f(&mut conn)
-        })
-        .await
-        .map_err(join_error)?
+        tokio::task::spawn_blocking(move || f(&mut inner.lock()))
+            .await
+            .map_err(join_error)?
     }
 
     /// Runs `f` on the connection on a blocking thread, without waiting for it: the
@@ -66,13 +60,17 @@ impl SharedConnection {
         F: FnOnce(&mut Connection) + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || {
-            let mut conn = inner
-                .conn
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            f(&mut conn);
-        });
+        tokio::task::spawn_blocking(move || f(&mut inner.lock()));
+    }
+}
+
+impl Inner {
+    /// The connection; a panic while it was held does not make it unusable (every
+    /// write is a transaction that the panic rolled back).
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
