@@ -8,7 +8,12 @@
 //! - SQLite: `TreasuryConsumer::apply_one` against a raw loop that opens the same
 //!   `IMMEDIATE` transaction on a connection with the same settings (the consumer's
 //!   `connect`), upserts the same `deltas` and commits, with no inbox bookkeeping.
-//!   With `synchronous=FULL` (the `SqliteConfig` default: an fsync per commit), then
+//!   With `synchronous=FULL` (the `SqliteConfig` default: an fsync per commit) two
+//!   more rows: the consumer as a `MessageSink` driven by `--workers` concurrent
+//!   tasks (as the AMQP subscriber's queue workers drive it, one delivery each at a
+//!   time), whose waiting deliveries share a commit (group commit), and the raw loop
+//!   committing that many messages per transaction (the same grouping without the
+//!   inbox). Then
 //!   `synchronous=NORMAL` (diagnostic: the statements' own cost), where two more rows
 //!   show raw + the inbox's two marker writes, and a prototype with the inbox's three
 //!   reads in one statement.
@@ -28,7 +33,7 @@
 //! Goal: inbox ≥ 0.8 × raw.
 //!
 //! Run: `cargo bench -p outbox-bins --features all --bench inbox`, options after `--`:
-//! `--sqlite-messages 20000 --pg-messages 3000 --accounts 1000 --reps 2
+//! `--sqlite-messages 20000 --pg-messages 3000 --accounts 1000 --reps 2 --workers 8
 //! --only sqlite|postgres`. The server comes from `OUTBOX_BENCH_POSTGRES_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`); the schemas are
 //! `outbox_bench_<run>_<side>`, dropped at the end (also on panic). An unreachable
@@ -40,7 +45,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use outbox_bins::consumer::{PgTreasuryConsumer, TreasuryConsumer, deltas, write_impact};
-use outbox_core::{Accepted, Account, InboxMessage, MessageKind};
+use outbox_core::{Accepted, Account, FanoutMessage, InboxMessage, MessageKind, MessageSink};
 use outbox_store_postgres::{PgConfig, PgStore};
 use outbox_store_sqlite::{SqliteConfig, connect};
 use rusqlite::TransactionBehavior;
@@ -192,6 +197,95 @@ fn sqlite_mark(tx: &rusqlite::Transaction<'_>, message: &InboxMessage) {
     .unwrap();
 }
 
+/// The consumer as a `MessageSink`, fed by `workers` concurrent tasks: worker `w`
+/// takes the accounts `n % workers == w`, in order, one message per delivery.
+fn sqlite_sink(
+    runtime: &tokio::runtime::Runtime,
+    config: SqliteConfig,
+    all: &[InboxMessage],
+    workers: usize,
+) -> Duration {
+    let consumer = runtime
+        .block_on(TreasuryConsumer::open(config, CONSUMER, GAP_ALARM))
+        .unwrap();
+    let shares: Vec<Vec<FanoutMessage>> = (0..workers)
+        .map(|w| {
+            all.iter()
+                .filter(|m| account_number(m) % workers == w)
+                .map(fanned_out)
+                .collect()
+        })
+        .collect();
+    let start = Instant::now();
+    runtime.block_on(async {
+        let tasks: Vec<_> = shares
+            .into_iter()
+            .enumerate()
+            .map(|(w, share)| {
+                let consumer = consumer.clone();
+                tokio::spawn(async move {
+                    for (n, message) in share.into_iter().enumerate() {
+                        consumer
+                            .accept(&format!("{w}/{n}"), vec![message])
+                            .await
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+    let elapsed = start.elapsed();
+    let applied = outbox_bins::consumer::ConsumerStats::get(&consumer.stats().applied);
+    assert_eq!(applied, all.len() as u64, "every message applied once");
+    elapsed
+}
+
+/// Raw upserts, `per_tx` messages per `IMMEDIATE` transaction.
+fn sqlite_raw_grouped(
+    runtime: &tokio::runtime::Runtime,
+    config: &SqliteConfig,
+    all: &[InboxMessage],
+    per_tx: usize,
+) -> Duration {
+    let mut conn = sqlite_conn(runtime, config);
+    let start = Instant::now();
+    for group in all.chunks(per_tx.max(1)) {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .unwrap();
+        for message in group {
+            sqlite_upserts(&tx, message);
+        }
+        tx.commit().unwrap();
+    }
+    start.elapsed()
+}
+
+/// `n` of the account `merchants:n`.
+fn account_number(message: &InboxMessage) -> usize {
+    message.account.as_str()["merchants:".len()..]
+        .parse()
+        .unwrap()
+}
+
+/// The message as a transport hands it to the sink.
+fn fanned_out(message: &InboxMessage) -> FanoutMessage {
+    FanoutMessage {
+        instruction_id: message.instruction_id.clone(),
+        account: message.account.clone(),
+        sequence: message.sequence,
+        kind: message.kind,
+        ledger: "payouts".to_owned(),
+        ledger_tx_id: None,
+        traceparent: None,
+        tracestate: None,
+        payload: message.payload.clone(),
+    }
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum SqliteSide {
     /// Per message an `IMMEDIATE` transaction with the same upserts, nothing else.
@@ -203,6 +297,14 @@ enum SqliteSide {
     /// Prototype: the inbox's three reads (processed? last applied? anything held?)
     /// in one statement, `take_held` only when something is held: 5 statements.
     Lean,
+    /// `TreasuryConsumer` as the subscribers drive it: `--workers` tasks (an AMQP
+    /// queue or Kafka partition each, accounts split between them), each handing
+    /// over one delivery of one message at a time; deliveries that wait together
+    /// share a commit (group commit).
+    Sink,
+    /// Raw upserts, `--workers` messages per transaction: what the same grouping
+    /// gives a hand-written loop with no inbox.
+    RawGrouped,
 }
 
 fn sqlite_run(
@@ -210,9 +312,13 @@ fn sqlite_run(
     config: SqliteConfig,
     all: &[InboxMessage],
     side: SqliteSide,
+    workers: usize,
 ) -> Duration {
-    if side == SqliteSide::Inbox {
-        return sqlite_inbox(runtime, config, all);
+    match side {
+        SqliteSide::Inbox => return sqlite_inbox(runtime, config, all),
+        SqliteSide::Sink => return sqlite_sink(runtime, config, all, workers),
+        SqliteSide::RawGrouped => return sqlite_raw_grouped(runtime, &config, all, workers),
+        _ => {}
     }
     let mut conn = sqlite_conn(runtime, &config);
     let start = Instant::now();
@@ -249,12 +355,15 @@ fn sqlite_section(runtime: &tokio::runtime::Runtime, args: &Args, accounts: usiz
     let dir = tempfile::TempDir::new().unwrap();
     let count = args.num("--sqlite-messages", 20_000);
     let all = messages(count, accounts);
+    let workers = args.num("--workers", 8).max(1);
     println!("SQLite (WAL; files in {}):", dir.path().display());
     for full in [true, false] {
         let sides: &[(&str, SqliteSide)] = if full {
             &[
                 ("raw upserts (2 statements)", SqliteSide::Raw),
                 ("TreasuryConsumer::apply_one (7)", SqliteSide::Inbox),
+                ("MessageSink::accept, group commit", SqliteSide::Sink),
+                ("raw, --workers messages per tx", SqliteSide::RawGrouped),
             ]
         } else {
             &[
@@ -269,11 +378,12 @@ fn sqlite_section(runtime: &tokio::runtime::Runtime, args: &Args, accounts: usiz
             for i in 0..sides.len() {
                 let i = (i + rep) % sides.len();
                 let config = sqlite_config(dir.path(), &format!("side{i}"), full);
-                times[i].push(sqlite_run(runtime, config, &all, sides[i].1));
+                times[i].push(sqlite_run(runtime, config, &all, sides[i].1, workers));
             }
         }
         println!(
-            " synchronous={} — {count} messages over {accounts} accounts, one transaction each:",
+            " synchronous={} — {count} messages over {accounts} accounts, one transaction each \
+             (group commit: {workers} workers, one delivery each at a time):",
             if full {
                 "FULL (SqliteConfig default: an fsync per commit)"
             } else {

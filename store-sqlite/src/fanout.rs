@@ -2,7 +2,6 @@
 //! SQLite file.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use outbox_core::{
@@ -31,7 +30,7 @@ use crate::time;
 #[derive(Clone)]
 pub struct SqliteFanoutStore {
     shared: SharedConnection,
-    appends: Arc<AppendQueue>,
+    appends: AppendQueue,
 }
 
 impl std::fmt::Debug for SqliteFanoutStore {
@@ -49,9 +48,10 @@ impl SqliteFanoutStore {
     /// Storage errors; BUSY (another writer held the lock beyond `busy_timeout`) is
     /// transient.
     pub async fn open(config: SqliteConfig) -> outbox_core::Result<Self> {
+        let shared = SharedConnection::open(config).await?;
         Ok(Self {
-            shared: SharedConnection::open(config).await?,
-            appends: Arc::default(),
+            appends: AppendQueue::new(&shared),
+            shared,
         })
     }
 
@@ -115,9 +115,7 @@ impl FanoutStore for SqliteFanoutStore {
         delivery_id: &str,
         messages: &[FanoutMessage],
     ) -> outbox_core::Result<AppendOutcome> {
-        self.appends
-            .append(&self.shared, delivery_id, messages)
-            .await
+        self.appends.append(delivery_id, messages).await
     }
 
     async fn read_after(

@@ -17,7 +17,7 @@ pub(crate) struct SharedConnection {
 
 struct Inner {
     config: SqliteConfig,
-    conn: Mutex<Connection>,
+    conn: Arc<Mutex<Connection>>,
 }
 
 impl SharedConnection {
@@ -29,7 +29,7 @@ impl SharedConnection {
             Ok(Self {
                 inner: Arc::new(Inner {
                     config,
-                    conn: Mutex::new(conn),
+                    conn: Arc::new(Mutex::new(conn)),
                 }),
             })
         })
@@ -53,14 +53,10 @@ impl SharedConnection {
             .map_err(join_error)?
     }
 
-    /// Runs `f` on the connection on a blocking thread, without waiting for it: the
-    /// work finishes whether or not anybody is still interested.
-    pub(crate) fn spawn<F>(&self, f: F)
-    where
-        F: FnOnce(&mut Connection) + Send + 'static,
-    {
-        let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || f(&mut inner.lock()));
+    /// The connection itself, for a [`crate::GroupCommit`] that writes through it
+    /// (waiting for the same mutex as every other use).
+    pub(crate) fn connection(&self) -> Arc<Mutex<Connection>> {
+        Arc::clone(&self.inner.conn)
     }
 }
 

@@ -137,7 +137,6 @@ pub fn rejection_notice(instruction_id: &str, merchant: &str, sequence: u64) -> 
     }
 }
 
-/// A ledger transaction as the ledger's webhook carries it (~400 bytes).
 /// A Formance ledger transaction as Hop 2 carries it (~460 bytes): one payout posting
 /// of merchant `account` with the outbox metadata, for benchmarks.
 pub fn ledger_transaction_payload(

@@ -1,5 +1,10 @@
 //! `TreasuryConsumer`: a `MessageSink` that keeps per-account, per-asset balances
 //! from the postings of the ledger transactions it receives.
+//!
+//! Deliveries are written through a [`GroupCommit`]: the deliveries that arrive
+//! (from the transport's concurrent queue or partition workers) while one commit is
+//! being flushed share the next, each in a savepoint of its own, so the consumer is
+//! not held to one disk flush per message (docs/ARCHITECTURE.md#group-commit-on-sqlite).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -8,10 +13,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::FutureExt;
 use outbox_core::{
-    Accepted, Error, ErrorKind, FanoutMessage, GapAlarm, InboxEngine, InboxMessage, MessageSink,
-    Result,
+    Accepted, FanoutMessage, GapAlarm, InboxEngine, InboxMessage, MessageSink, Result,
 };
-use outbox_store_sqlite::{SqliteConfig, SqliteInbox, SqliteStore, connect, map_error};
+use outbox_store_sqlite::{
+    GroupCommit, SqliteConfig, SqliteInbox, SqliteStore, connect, map_error,
+};
 use rusqlite::{Connection, TransactionBehavior};
 
 use super::impact::deltas;
@@ -23,8 +29,9 @@ pub struct TreasuryConsumer {
     config: SqliteConfig,
     engine: InboxEngine,
     stats: Arc<ConsumerStats>,
-    /// The connection deliveries are applied on, opened on first use.
-    writer: Arc<Mutex<Option<Connection>>>,
+    /// Deliveries are applied through it, on one kept connection: SQLite has a
+    /// single write lock anyway.
+    deliveries: Arc<GroupCommit<Vec<FanoutMessage>, Vec<Accepted>>>,
 }
 
 impl TreasuryConsumer {
@@ -42,11 +49,20 @@ impl TreasuryConsumer {
                      PRIMARY KEY (account, asset)) WITHOUT ROWID",
             )
             .map_err(map_error)?;
+        let engine = InboxEngine::new(consumer).gap_alarm_after(gap_alarm_after);
+        let writer = Arc::new(Mutex::new(connect(&config)?));
+        let apply = engine.clone();
+        let deliveries = GroupCommit::new(
+            writer,
+            Box::new(move |conn, messages: &Vec<FanoutMessage>, _now| {
+                apply_delivery(&apply, conn, messages)
+            }),
+        );
         Ok(Self {
             config,
-            engine: InboxEngine::new(consumer).gap_alarm_after(gap_alarm_after),
+            engine,
             stats: Arc::new(ConsumerStats::default()),
-            writer: Arc::default(),
+            deliveries,
         })
     }
 
@@ -67,14 +83,15 @@ impl TreasuryConsumer {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(map_error)?;
-        let mut inbox = SqliteInbox::new(&tx);
-        let mut handler =
-            |inbox: &mut SqliteInbox<'_>, m: &InboxMessage| apply_postings(inbox.connection(), m);
-        let accepted = block_on(self.engine.accept(&mut inbox, message, &mut handler))?;
+        let accepted = apply_message(&self.engine, &tx, message)?;
         tx.commit().map_err(map_error)?;
-        self.stats.record(&accepted);
-        outbox_core::metrics::inbox_accepted(self.engine.consumer(), &accepted);
+        self.record(&accepted);
         Ok(accepted)
+    }
+
+    fn record(&self, accepted: &Accepted) {
+        self.stats.record(accepted);
+        outbox_core::metrics::inbox_accepted(self.engine.consumer(), accepted);
     }
 
     /// A connection to the consumer database, for [`TreasuryConsumer::apply_one`].
@@ -141,31 +158,59 @@ fn apply_postings(conn: &Connection, message: &InboxMessage) -> Result<()> {
     Ok(())
 }
 
+/// One message through the inbox on `conn` (the caller's transaction or savepoint).
+fn apply_message(
+    engine: &InboxEngine,
+    conn: &Connection,
+    message: InboxMessage,
+) -> Result<Accepted> {
+    let mut inbox = SqliteInbox::new(conn);
+    let mut handler =
+        |inbox: &mut SqliteInbox<'_>, m: &InboxMessage| apply_postings(inbox.connection(), m);
+    block_on(engine.accept(&mut inbox, message, &mut handler))
+}
+
+/// A delivery's messages in order, inside its savepoint of the group: an error
+/// rolls back the whole delivery, which the transport then offers again.
+fn apply_delivery(
+    engine: &InboxEngine,
+    conn: &Connection,
+    messages: &[FanoutMessage],
+) -> Result<Vec<Accepted>> {
+    let mut outcomes = Vec::with_capacity(messages.len());
+    for fanned_out in messages {
+        // In the trace the message carries: docs/TRACING.md.
+        let _span = outbox_core::trace::inbox_apply_span(fanned_out, engine.consumer()).entered();
+        let message = fanned_out.to_inbox();
+        let (id, account, sequence) = (
+            message.instruction_id.clone(),
+            message.account.clone(),
+            message.sequence,
+        );
+        // Checked before the inbox sees it, so it is never held: see `apply_one`.
+        deltas(&message)?;
+        let accepted = apply_message(engine, conn, message)?;
+        tracing::debug!(instruction_id = %id, %account, sequence, ?accepted, "treasury inbox");
+        outcomes.push(accepted);
+    }
+    Ok(outcomes)
+}
+
 #[async_trait]
 impl MessageSink for TreasuryConsumer {
+    /// Applies the delivery's messages in order, all or none, and answers once they
+    /// are durable. A message that can never be applied (see
+    /// [`TreasuryConsumer::apply_one`]) fails its whole delivery, and nothing of it is
+    /// kept; the deliveries grouped with it are not affected.
     async fn accept(&self, delivery_id: &str, messages: Vec<FanoutMessage>) -> Result<()> {
-        let this = self.clone();
-        let delivery_id = delivery_id.to_owned();
-        tokio::task::spawn_blocking(move || {
-            // One writer at a time through one kept connection: SQLite has a single
-            // write lock anyway, and concurrent deliveries would otherwise wait in
-            // its busy handler's sleeps (and each open a connection).
-            let mut writer = this.writer.lock().unwrap_or_else(|p| p.into_inner());
-            if writer.is_none() {
-                *writer = Some(this.connect()?);
-            }
-            let conn = writer.as_mut().expect("connected above");
-            for fanned_out in &messages {
-                // In the trace the message carries: docs/TRACING.md.
-                let _span = outbox_core::trace::inbox_apply_span(fanned_out, this.engine.consumer()).entered();
-                let message = fanned_out.to_inbox();
-                let (id, account, sequence) = (message.instruction_id.clone(), message.account.clone(), message.sequence);
-                let accepted = this.apply_one(conn, message).map_err(|e| e.with("delivery", &delivery_id))?;
-                tracing::debug!(instruction_id = %id, %account, sequence, ?accepted, "treasury inbox");
-            }
-            Ok(())
-        })
-        .await
-        .map_err(|e| Error::new(ErrorKind::Internal, format!("consumer task failed: {e}")))?
+        let outcomes = self
+            .deliveries
+            .submit(messages)
+            .await
+            .map_err(|e| e.with("delivery", delivery_id))?;
+        for accepted in &outcomes {
+            self.record(accepted);
+        }
+        Ok(())
     }
 }
