@@ -27,7 +27,7 @@ use crate::events;
 use crate::faults::FaultInjector;
 use crate::features;
 use crate::log::Log;
-use crate::persistence::{DeliveryOutcome, Journal, StoredDelivery};
+use crate::persistence::{Journal, RecordedOutcome, StoredDelivery};
 use crate::state::{LedgerInfo, LedgerState};
 use crate::webhooks::{DeliveryJournal, WebhookQueue};
 
@@ -459,21 +459,11 @@ impl Engine {
 }
 
 impl DeliveryJournal for Engine {
-    fn record(
-        &self,
-        delivery_id: &str,
-        outcome: DeliveryOutcome,
-        attempts: u32,
-        detail: Option<&str>,
-    ) {
-        if let Err(e) = self
-            .lock()
-            .journal
-            .record_outcome(delivery_id, outcome, attempts, detail)
-        {
-            // The delivery stays pending and is re-sent after a restart: a
-            // duplicate, which at-least-once allows.
-            tracing::error!(error = %e, delivery = delivery_id, "cannot record a webhook outcome");
+    fn record(&self, outcomes: &[RecordedOutcome]) {
+        if let Err(e) = self.lock().journal.record_outcomes(outcomes) {
+            // The deliveries stay pending and are re-sent after a restart:
+            // duplicates, which at-least-once allows.
+            tracing::error!(error = %e, deliveries = outcomes.len(), "cannot record webhook outcomes");
         }
     }
 

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use chrono::{DateTime, Utc};
 use outbox_core::{Error, ErrorKind, Result};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
 use crate::clock;
 use crate::log::Log;
@@ -95,6 +95,15 @@ impl DeliveryOutcome {
             Self::Failed => "failed",
         }
     }
+}
+
+/// How one delivery ended, on its way to `webhook_outcomes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RecordedOutcome {
+    pub(crate) delivery_id: String,
+    pub(crate) outcome: DeliveryOutcome,
+    pub(crate) attempts: u32,
+    pub(crate) detail: Option<String>,
 }
 
 #[derive(Debug)]
@@ -307,32 +316,34 @@ impl Journal {
 
     /// Records how a delivery ended; a second outcome for the same delivery is
     /// ignored (the first one wins).
-    pub(crate) fn record_outcome(
-        &mut self,
-        delivery_id: &str,
-        outcome: DeliveryOutcome,
-        attempts: u32,
-        detail: Option<&str>,
-    ) -> Result<()> {
-        let existing: Option<String> = self
-            .conn
-            .query_row(
-                "SELECT outcome FROM webhook_outcomes WHERE delivery_id = ?1",
-                [delivery_id],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(|e| self.err("cannot read a webhook outcome", &e))?;
-        if existing.is_some() {
-            return Ok(());
+    /// Records how deliveries ended, in one transaction (one commit for a page of
+    /// outcomes). An outcome for a delivery that already has one is ignored: the
+    /// first is kept.
+    pub(crate) fn record_outcomes(&mut self, outcomes: &[RecordedOutcome]) -> Result<()> {
+        let location = self.location.clone();
+        let fail = |e: &rusqlite::Error| storage(&location, "cannot record a webhook outcome", e);
+        let tx = self.conn.transaction().map_err(|e| fail(&e))?;
+        {
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT INTO webhook_outcomes (delivery_id, outcome, attempts, detail, at)
+                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (delivery_id) DO NOTHING",
+                )
+                .map_err(|e| fail(&e))?;
+            let at = clock::format(&clock::now());
+            for o in outcomes {
+                insert
+                    .execute(params![
+                        o.delivery_id,
+                        o.outcome.as_str(),
+                        o.attempts,
+                        o.detail,
+                        at
+                    ])
+                    .map_err(|e| fail(&e))?;
+            }
         }
-        self.conn
-            .execute(
-                "INSERT INTO webhook_outcomes (delivery_id, outcome, attempts, detail, at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![delivery_id, outcome.as_str(), attempts, detail, clock::format(&clock::now())],
-            )
-            .map_err(|e| self.err("cannot record a webhook outcome", &e))?;
-        Ok(())
+        tx.commit().map_err(|e| fail(&e))
     }
 }
 
@@ -372,6 +383,15 @@ mod tests {
         assert!(err.to_string().contains("append-only"), "{err}");
     }
 
+    fn outcome(id: &str, outcome: DeliveryOutcome) -> RecordedOutcome {
+        RecordedOutcome {
+            delivery_id: id.into(),
+            outcome,
+            attempts: 1,
+            detail: None,
+        }
+    }
+
     #[test]
     fn pending_deliveries_are_those_without_outcome() {
         let mut journal = Journal::open(None).unwrap();
@@ -384,10 +404,10 @@ mod tests {
         };
         journal.commit("l", &[], &[d("a"), d("b")]).unwrap();
         journal
-            .record_outcome("a", DeliveryOutcome::Delivered, 1, None)
+            .record_outcomes(&[outcome("a", DeliveryOutcome::Delivered)])
             .unwrap();
         journal
-            .record_outcome("a", DeliveryOutcome::Failed, 2, None)
+            .record_outcomes(&[outcome("a", DeliveryOutcome::Failed)])
             .unwrap();
         let ids = |after: i64, limit: usize| -> Vec<String> {
             journal
@@ -399,6 +419,43 @@ mod tests {
         };
         assert_eq!(ids(0, 10), ["b"]);
         assert_eq!(journal.count_pending_deliveries().unwrap(), 1);
+    }
+
+    #[test]
+    fn outcomes_recorded_together_keep_the_first_per_delivery() {
+        let mut journal = Journal::open(None).unwrap();
+        let d = |id: &str| StoredDelivery {
+            id: id.into(),
+            url: "http://127.0.0.1:9/h".into(),
+            event_type: "ledger.committed_transactions".into(),
+            body: "{}".into(),
+            created_at: clock::now(),
+        };
+        journal.commit("l", &[], &[d("a"), d("b"), d("c")]).unwrap();
+        journal
+            .record_outcomes(&[
+                outcome("a", DeliveryOutcome::Delivered),
+                outcome("c", DeliveryOutcome::Failed),
+                outcome("a", DeliveryOutcome::Failed),
+            ])
+            .unwrap();
+        let pending: Vec<String> = journal
+            .pending_deliveries_after(0, 10)
+            .unwrap()
+            .into_iter()
+            .map(|(_, d)| d.id)
+            .collect();
+        assert_eq!(pending, ["b"]);
+        let kept: String = journal
+            .conn
+            .query_row(
+                "SELECT group_concat(delivery_id || '=' || outcome, ',') FROM
+                     (SELECT delivery_id, outcome FROM webhook_outcomes ORDER BY delivery_id)",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(kept, "a=delivered,c=failed");
     }
 
     #[test]
@@ -414,7 +471,7 @@ mod tests {
         let written: Vec<StoredDelivery> = (0..7).map(|n| d(format!("d{n}"))).collect();
         journal.commit("l", &[], &written).unwrap();
         journal
-            .record_outcome("d2", DeliveryOutcome::Delivered, 1, None)
+            .record_outcomes(&[outcome("d2", DeliveryOutcome::Delivered)])
             .unwrap();
         let mut seen = Vec::new();
         let mut after = 0;

@@ -18,12 +18,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER, USER_AGENT};
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::config::{WebhookBackoff, WebhookTarget};
 use crate::events::Event;
-use crate::persistence::{DeliveryOutcome, StoredDelivery};
+use crate::persistence::{DeliveryOutcome, RecordedOutcome, StoredDelivery};
 use outbox_core::Result;
 use outbox_ledger_formance::sign;
 
@@ -34,6 +34,8 @@ const MAX_CONCURRENT: usize = 32;
 /// Deliveries read from the journal ahead of a free slot: with the ones in flight,
 /// the most the dispatcher holds in memory.
 const READ_AHEAD: usize = 256;
+/// Most outcomes written in one journal transaction.
+const RECORD_BATCH: usize = 256;
 /// How long the dispatcher waits before reading the journal again after a failed read.
 const READ_RETRY: Duration = Duration::from_secs(1);
 
@@ -114,13 +116,9 @@ impl WebhookQueue {
 
 /// Where the dispatcher reads pending deliveries and records how they ended.
 pub(crate) trait DeliveryJournal: Send + Sync + 'static {
-    fn record(
-        &self,
-        delivery_id: &str,
-        outcome: DeliveryOutcome,
-        attempts: u32,
-        detail: Option<&str>,
-    );
+    /// Records how these deliveries ended, together (one commit, one wait for the
+    /// engine's lock); a failure leaves them pending, to be re-sent after a restart.
+    fn record(&self, outcomes: &[RecordedOutcome]);
 
     /// Up to `limit` deliveries without an outcome, written after the one numbered
     /// `after`, in written order, each with its number.
@@ -156,6 +154,12 @@ pub(crate) async fn run_dispatcher(
             .collect(),
     );
     let slots = Arc::new(Semaphore::new(MAX_CONCURRENT));
+    let (outcomes, finished) = mpsc::channel(RECORD_BATCH * 2);
+    let recorder = tokio::spawn(run_recorder(
+        finished,
+        Arc::clone(&journal),
+        Arc::clone(&counters),
+    ));
     let mut running = JoinSet::new();
     let mut stop = shutdown.clone();
     // Read ahead of the slots, a page at a time: one journal read (and one wait for
@@ -210,7 +214,7 @@ pub(crate) async fn run_dispatcher(
             secret,
             backoff,
             counters: Arc::clone(&counters),
-            journal: Arc::clone(&journal),
+            outcomes: outcomes.clone(),
             shutdown: shutdown.clone(),
         };
         running.spawn(async move {
@@ -220,6 +224,45 @@ pub(crate) async fn run_dispatcher(
     }
     running.abort_all();
     while running.join_next().await.is_some() {}
+    // The recorder ends once every sender is gone and what they sent is written.
+    drop(outcomes);
+    if let Err(e) = recorder.await {
+        tracing::error!(error = %e, "the webhook outcome recorder panicked");
+    }
+}
+
+/// Writes outcomes as deliveries finish, everything waiting at once: a delivery's
+/// slot is free as soon as its outcome is handed over, so the 32 slots never queue
+/// one by one for the engine's lock behind the writes.
+async fn run_recorder(
+    mut finished: mpsc::Receiver<RecordedOutcome>,
+    journal: Arc<dyn DeliveryJournal>,
+    counters: Arc<WebhookCounters>,
+) {
+    let mut batch = Vec::with_capacity(RECORD_BATCH);
+    while finished.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+        let page = std::mem::replace(&mut batch, Vec::with_capacity(RECORD_BATCH));
+        let journal = Arc::clone(&journal);
+        let recorded = tokio::task::spawn_blocking(move || {
+            journal.record(&page);
+            page
+        })
+        .await;
+        // Record first, count second: once the stats say "delivered", the journal
+        // says so too.
+        match recorded {
+            Ok(page) => {
+                for outcome in &page {
+                    let counter = match outcome.outcome {
+                        DeliveryOutcome::Delivered => &counters.delivered,
+                        DeliveryOutcome::Failed => &counters.failed,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "recording webhook outcomes panicked"),
+        }
+    }
 }
 
 struct Attempts {
@@ -227,7 +270,8 @@ struct Attempts {
     secret: String,
     backoff: WebhookBackoff,
     counters: Arc<WebhookCounters>,
-    journal: Arc<dyn DeliveryJournal>,
+    /// To the recorder, which writes and counts each outcome.
+    outcomes: mpsc::Sender<RecordedOutcome>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -271,21 +315,14 @@ impl Attempts {
                 tracing::warn!(delivery = %delivery.id, url = %delivery.url, attempts = attempt,
                     detail = detail.as_deref().unwrap_or(""), "webhook delivery failed");
             }
-            // Record first, count second: once the stats say "delivered", the
-            // journal says so too.
-            let journal = Arc::clone(&self.journal);
-            let id = delivery.id.clone();
-            let recorded = tokio::task::spawn_blocking(move || {
-                journal.record(&id, outcome, attempt, detail.as_deref())
-            });
-            if let Err(e) = recorded.await {
-                tracing::error!(delivery = %delivery.id, error = %e, "recording a webhook outcome panicked");
-            }
-            let counter = match outcome {
-                DeliveryOutcome::Delivered => &self.counters.delivered,
-                DeliveryOutcome::Failed => &self.counters.failed,
+            let outcome = RecordedOutcome {
+                delivery_id: delivery.id,
+                outcome,
+                attempts: attempt,
+                detail,
             };
-            counter.fetch_add(1, Ordering::Relaxed);
+            // The recorder outlives every delivery task (it ends after them).
+            let _ = self.outcomes.send(outcome).await;
             return;
         }
     }
