@@ -67,23 +67,33 @@ const UPSERT_PG: &str = "INSERT INTO treasury_balances (account, asset, balance)
 // ---------------------------------------------------------------------------------------
 // Messages
 
-/// `count` committed messages, account `n % accounts` for message `n`, each account's
-/// sequences 1, 2, … in order.
-fn messages(count: usize, accounts: usize) -> Vec<InboxMessage> {
+/// `count` committed messages as a transport hands them to the sink, account
+/// `n % accounts` for message `n`, each account's sequences 1, 2, … in order.
+fn fanned_out(count: usize, accounts: usize) -> Vec<FanoutMessage> {
     (0..count)
         .map(|n| {
             let account = n % accounts;
             let sequence = (n / accounts) as u64 + 1;
+            let tx_id = 1_000_000 + n as u64;
             let instruction_id = Uuid::now_v7().to_string();
-            InboxMessage {
-                payload: payload(account, sequence, 1_000_000 + n as u64, &instruction_id),
+            FanoutMessage {
+                payload: payload(account, sequence, tx_id, &instruction_id),
                 instruction_id,
                 account: Account::parse(&format!("merchants:{account}")).unwrap(),
                 sequence,
                 kind: MessageKind::Committed,
+                ledger: "payouts".to_owned(),
+                ledger_tx_id: Some(tx_id),
+                traceparent: None,
+                tracestate: None,
             }
         })
         .collect()
+}
+
+/// The same messages as the inbox engine takes them.
+fn messages(fanned_out: &[FanoutMessage]) -> Vec<InboxMessage> {
+    fanned_out.iter().map(FanoutMessage::to_inbox).collect()
 }
 
 fn applied(accepted: &Accepted) {
@@ -198,11 +208,13 @@ fn sqlite_mark(tx: &rusqlite::Transaction<'_>, message: &InboxMessage) {
 }
 
 /// The consumer as a `MessageSink`, fed by `workers` concurrent tasks: worker `w`
-/// takes the accounts `n % workers == w`, in order, one message per delivery.
+/// takes the accounts `a % workers == w` (message `n` is account `n % accounts`),
+/// in order, one message per delivery.
 fn sqlite_sink(
     runtime: &tokio::runtime::Runtime,
     config: SqliteConfig,
-    all: &[InboxMessage],
+    all: &[FanoutMessage],
+    accounts: usize,
     workers: usize,
 ) -> Duration {
     let consumer = runtime
@@ -211,8 +223,9 @@ fn sqlite_sink(
     let shares: Vec<Vec<FanoutMessage>> = (0..workers)
         .map(|w| {
             all.iter()
-                .filter(|m| account_number(m) % workers == w)
-                .map(fanned_out)
+                .enumerate()
+                .filter(|(n, _)| n % accounts % workers == w)
+                .map(|(_, m)| m.clone())
                 .collect()
         })
         .collect();
@@ -264,28 +277,6 @@ fn sqlite_raw_grouped(
     start.elapsed()
 }
 
-/// `n` of the account `merchants:n`.
-fn account_number(message: &InboxMessage) -> usize {
-    message.account.as_str()["merchants:".len()..]
-        .parse()
-        .unwrap()
-}
-
-/// The message as a transport hands it to the sink.
-fn fanned_out(message: &InboxMessage) -> FanoutMessage {
-    FanoutMessage {
-        instruction_id: message.instruction_id.clone(),
-        account: message.account.clone(),
-        sequence: message.sequence,
-        kind: message.kind,
-        ledger: "payouts".to_owned(),
-        ledger_tx_id: None,
-        traceparent: None,
-        tracestate: None,
-        payload: message.payload.clone(),
-    }
-}
-
 #[derive(Clone, Copy, PartialEq)]
 enum SqliteSide {
     /// Per message an `IMMEDIATE` transaction with the same upserts, nothing else.
@@ -316,8 +307,8 @@ fn sqlite_run(
 ) -> Duration {
     match side {
         SqliteSide::Inbox => return sqlite_inbox(runtime, config, all),
-        SqliteSide::Sink => return sqlite_sink(runtime, config, all, workers),
         SqliteSide::RawGrouped => return sqlite_raw_grouped(runtime, &config, all, workers),
+        SqliteSide::Sink => unreachable!("sqlite_sink takes the fanned-out messages"),
         _ => {}
     }
     let mut conn = sqlite_conn(runtime, &config);
@@ -354,7 +345,8 @@ fn sqlite_run(
 fn sqlite_section(runtime: &tokio::runtime::Runtime, args: &Args, accounts: usize, reps: usize) {
     let dir = tempfile::TempDir::new().unwrap();
     let count = args.num("--sqlite-messages", 20_000);
-    let all = messages(count, accounts);
+    let fanned = fanned_out(count, accounts);
+    let all = messages(&fanned);
     let workers = args.num("--workers", 8).max(1);
     println!("SQLite (WAL; files in {}):", dir.path().display());
     for full in [true, false] {
@@ -378,7 +370,10 @@ fn sqlite_section(runtime: &tokio::runtime::Runtime, args: &Args, accounts: usiz
             for i in 0..sides.len() {
                 let i = (i + rep) % sides.len();
                 let config = sqlite_config(dir.path(), &format!("side{i}"), full);
-                times[i].push(sqlite_run(runtime, config, &all, sides[i].1, workers));
+                times[i].push(match sides[i].1 {
+                    SqliteSide::Sink => sqlite_sink(runtime, config, &fanned, accounts, workers),
+                    side => sqlite_run(runtime, config, &all, side, workers),
+                });
             }
         }
         println!(
@@ -616,7 +611,7 @@ async fn pg_section(args: &Args, accounts: usize, reps: usize) {
     };
     let run = Uuid::now_v7().simple().to_string();
     let count = args.num("--pg-messages", 3_000);
-    let all = messages(count, accounts);
+    let all = messages(&fanned_out(count, accounts));
     for async_commit in [false, true] {
         let sides: &[(&str, PgSide)] = &[
             ("raw, one upsert stmt (3 trips)", PgSide::RawOne),

@@ -314,14 +314,12 @@ impl Journal {
         tx.commit().map_err(&fail)
     }
 
-    /// Records how a delivery ended; a second outcome for the same delivery is
-    /// ignored (the first one wins).
     /// Records how deliveries ended, in one transaction (one commit for a page of
     /// outcomes). An outcome for a delivery that already has one is ignored: the
     /// first is kept.
     pub(crate) fn record_outcomes(&mut self, outcomes: &[RecordedOutcome]) -> Result<()> {
-        let location = self.location.clone();
-        let fail = |e: &rusqlite::Error| storage(&location, "cannot record a webhook outcome", e);
+        let location = &self.location;
+        let fail = |e: &rusqlite::Error| storage(location, "cannot record a webhook outcome", e);
         let tx = self.conn.transaction().map_err(|e| fail(&e))?;
         {
             let mut insert = tx
@@ -383,6 +381,25 @@ mod tests {
         assert!(err.to_string().contains("append-only"), "{err}");
     }
 
+    fn delivery(id: &str) -> StoredDelivery {
+        StoredDelivery {
+            id: id.into(),
+            url: "http://127.0.0.1:9/h".into(),
+            event_type: "ledger.committed_transactions".into(),
+            body: "{}".into(),
+            created_at: clock::now(),
+        }
+    }
+
+    fn pending_ids(journal: &Journal) -> Vec<String> {
+        journal
+            .pending_deliveries_after(0, 100)
+            .unwrap()
+            .into_iter()
+            .map(|(_, d)| d.id)
+            .collect()
+    }
+
     fn outcome(id: &str, outcome: DeliveryOutcome) -> RecordedOutcome {
         RecordedOutcome {
             delivery_id: id.into(),
@@ -395,43 +412,24 @@ mod tests {
     #[test]
     fn pending_deliveries_are_those_without_outcome() {
         let mut journal = Journal::open(None).unwrap();
-        let d = |id: &str| StoredDelivery {
-            id: id.into(),
-            url: "http://127.0.0.1:9/h".into(),
-            event_type: "ledger.saved_metadata".into(),
-            body: "{}".into(),
-            created_at: clock::now(),
-        };
-        journal.commit("l", &[], &[d("a"), d("b")]).unwrap();
+        journal
+            .commit("l", &[], &[delivery("a"), delivery("b")])
+            .unwrap();
         journal
             .record_outcomes(&[outcome("a", DeliveryOutcome::Delivered)])
             .unwrap();
         journal
             .record_outcomes(&[outcome("a", DeliveryOutcome::Failed)])
             .unwrap();
-        let ids = |after: i64, limit: usize| -> Vec<String> {
-            journal
-                .pending_deliveries_after(after, limit)
-                .unwrap()
-                .into_iter()
-                .map(|(_, d)| d.id)
-                .collect()
-        };
-        assert_eq!(ids(0, 10), ["b"]);
+        assert_eq!(pending_ids(&journal), ["b"]);
         assert_eq!(journal.count_pending_deliveries().unwrap(), 1);
     }
 
     #[test]
     fn outcomes_recorded_together_keep_the_first_per_delivery() {
         let mut journal = Journal::open(None).unwrap();
-        let d = |id: &str| StoredDelivery {
-            id: id.into(),
-            url: "http://127.0.0.1:9/h".into(),
-            event_type: "ledger.committed_transactions".into(),
-            body: "{}".into(),
-            created_at: clock::now(),
-        };
-        journal.commit("l", &[], &[d("a"), d("b"), d("c")]).unwrap();
+        let written = [delivery("a"), delivery("b"), delivery("c")];
+        journal.commit("l", &[], &written).unwrap();
         journal
             .record_outcomes(&[
                 outcome("a", DeliveryOutcome::Delivered),
@@ -439,13 +437,7 @@ mod tests {
                 outcome("a", DeliveryOutcome::Failed),
             ])
             .unwrap();
-        let pending: Vec<String> = journal
-            .pending_deliveries_after(0, 10)
-            .unwrap()
-            .into_iter()
-            .map(|(_, d)| d.id)
-            .collect();
-        assert_eq!(pending, ["b"]);
+        assert_eq!(pending_ids(&journal), ["b"]);
         let kept: String = journal
             .conn
             .query_row(
@@ -461,14 +453,7 @@ mod tests {
     #[test]
     fn pending_deliveries_come_in_pages_in_written_order() {
         let mut journal = Journal::open(None).unwrap();
-        let d = |id: String| StoredDelivery {
-            id,
-            url: "http://127.0.0.1:9/h".into(),
-            event_type: "ledger.committed_transactions".into(),
-            body: "{}".into(),
-            created_at: clock::now(),
-        };
-        let written: Vec<StoredDelivery> = (0..7).map(|n| d(format!("d{n}"))).collect();
+        let written: Vec<StoredDelivery> = (0..7).map(|n| delivery(&format!("d{n}"))).collect();
         journal.commit("l", &[], &written).unwrap();
         journal
             .record_outcomes(&[outcome("d2", DeliveryOutcome::Delivered)])

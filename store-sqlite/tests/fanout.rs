@@ -9,6 +9,7 @@ use outbox_core::{FanoutStore, MessageKind, Result};
 use outbox_store_sqlite::{SqliteConfig, SqliteFanoutStore, connect, map_error};
 use outbox_testkit::FanoutStoreHarness;
 use outbox_testkit::fixtures::fanout_message;
+use outbox_testkit::write_lock::behind_the_write_lock;
 use rusqlite::Connection;
 use tempfile::TempDir;
 
@@ -146,38 +147,29 @@ async fn appends_waiting_together_commit_together_and_fail_alone() {
     let store = harness.store();
     let refused = "0190f2a0-7b1c-7cc2-8a4e-3f1d2c3b4a5b";
     harness.refuse_instruction(refused).await;
-    let blocker = connect(&harness.config).expect("connect");
-    blocker.execute_batch("BEGIN IMMEDIATE").expect("begin");
-
-    let mut appends = Vec::new();
-    for (delivery, instruction, sequence) in [
-        ("wh-a", "0190f2a0-7b1c-7cc2-8a4e-3f1d2c3b4a5a", 1),
-        ("wh-b", refused, 2),
-        ("wh-c", "0190f2a0-7b1c-7cc2-8a4e-3f1d2c3b4a5c", 3),
-    ] {
-        let store = store.clone();
-        let message = fanout_message(
-            instruction,
-            "4471",
-            sequence,
-            MessageKind::Committed,
-            sequence,
-        );
-        appends.push(tokio::spawn(async move {
-            store.append(delivery, std::slice::from_ref(&message)).await
-        }));
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        appends.iter().all(|a| !a.is_finished()),
-        "no append can finish while another connection holds the writer lock"
-    );
-    blocker.execute_batch("COMMIT").expect("release the lock");
-
-    let mut outcomes = Vec::new();
-    for append in appends {
-        outcomes.push(append.await.expect("append task"));
-    }
+    let outcomes = behind_the_write_lock(&harness.config.path, || {
+        [
+            ("wh-a", "0190f2a0-7b1c-7cc2-8a4e-3f1d2c3b4a5a", 1),
+            ("wh-b", refused, 2),
+            ("wh-c", "0190f2a0-7b1c-7cc2-8a4e-3f1d2c3b4a5c", 3),
+        ]
+        .into_iter()
+        .map(|(delivery, instruction, sequence)| {
+            let store = store.clone();
+            let message = fanout_message(
+                instruction,
+                "4471",
+                sequence,
+                MessageKind::Committed,
+                sequence,
+            );
+            tokio::spawn(
+                async move { store.append(delivery, std::slice::from_ref(&message)).await },
+            )
+        })
+        .collect()
+    })
+    .await;
     let kept: Vec<usize> = [&outcomes[0], &outcomes[2]]
         .iter()
         .map(|o| o.as_ref().expect("a good append in the group").stored)

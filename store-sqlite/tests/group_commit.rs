@@ -2,10 +2,10 @@
 //! wait together share one transaction, a failing one leaves nothing and fails alone.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use outbox_core::Error;
 use outbox_store_sqlite::{GroupCommit, SqliteConfig, connect};
+use outbox_testkit::write_lock::behind_the_write_lock;
 use rusqlite::params;
 
 /// Writes `(id, now)`; an id that is negative is refused after its row was written,
@@ -42,26 +42,16 @@ async fn waiting_requests_share_one_transaction_and_fail_alone() {
         .expect("schema");
     let group = GroupCommit::new(Arc::new(Mutex::new(conn)), Box::new(write));
 
-    let blocker = connect(&config).expect("connect");
-    blocker.execute_batch("BEGIN IMMEDIATE").expect("begin");
-    let submits: Vec<_> = [1_i64, 2, -3, 4]
-        .into_iter()
-        .map(|id| {
-            let group = Arc::clone(&group);
-            tokio::spawn(async move { group.submit(id).await })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        submits.iter().all(|s| !s.is_finished()),
-        "nothing commits behind the blocker"
-    );
-    blocker.execute_batch("COMMIT").expect("release");
-
-    let mut outcomes = Vec::new();
-    for submit in submits {
-        outcomes.push(submit.await.expect("task"));
-    }
+    let outcomes = behind_the_write_lock(&config.path, || {
+        [1_i64, 2, -3, 4]
+            .into_iter()
+            .map(|id| {
+                let group = Arc::clone(&group);
+                tokio::spawn(async move { group.submit(id).await })
+            })
+            .collect()
+    })
+    .await;
     let answers: Vec<Option<i64>> = outcomes.iter().map(|o| o.as_ref().ok().copied()).collect();
     // The first request may have been taken alone before the blocker was seen; the
     // others waited together.

@@ -29,6 +29,7 @@ pub mod tansu;
 pub mod transport_cases;
 pub mod transport_harness;
 pub mod transport_parts;
+pub mod write_lock;
 
 pub use harness::{FanoutStoreHarness, InboxHarness, ReconcileHarness, StoreHarness, ThroughDyn};
 pub use ledger_harness::{LedgerFault, LedgerHarness, PreparedRefusal};

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use outbox_bins::consumer::TreasuryConsumer;
 use outbox_core::{Account, FanoutMessage, MessageKind, MessageSink, Retry};
-use outbox_store_sqlite::{SqliteConfig, connect};
+use outbox_store_sqlite::SqliteConfig;
 use outbox_testkit::fixtures::ledger_transaction_payload;
+use outbox_testkit::write_lock::behind_the_write_lock;
 
 const CONSUMER: &str = "treasury";
 
@@ -51,10 +52,6 @@ async fn deliveries_waiting_together_commit_together_and_a_failing_one_leaves_no
     let consumer = TreasuryConsumer::open(config.clone(), CONSUMER, Duration::from_secs(3600))
         .await
         .expect("open the consumer");
-    // Another writer holds the lock, so the three deliveries below queue up behind it.
-    let blocker = connect(&config).expect("connect");
-    blocker.execute_batch("BEGIN IMMEDIATE").expect("begin");
-
     let mut not_a_transaction = payout(3, 1);
     not_a_transaction.payload = b"<html>not a ledger transaction".to_vec();
     let deliveries = [
@@ -63,24 +60,17 @@ async fn deliveries_waiting_together_commit_together_and_a_failing_one_leaves_no
         ("amqp/2", vec![payout(2, 1), not_a_transaction]),
         ("amqp/3", vec![payout(4, 1), payout(4, 2)]),
     ];
-    let mut accepts = Vec::new();
-    for (delivery, messages) in deliveries.clone() {
-        let consumer = consumer.clone();
-        accepts.push(tokio::spawn(async move {
-            consumer.accept(delivery, messages).await
-        }));
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        accepts.iter().all(|a| !a.is_finished()),
-        "no delivery can be answered while another connection holds the write lock"
-    );
-    blocker.execute_batch("COMMIT").expect("release the lock");
-
-    let mut outcomes = Vec::new();
-    for accept in accepts {
-        outcomes.push(accept.await.expect("accept task"));
-    }
+    // Another writer holds the lock, so the three deliveries queue up behind it.
+    let outcomes = behind_the_write_lock(&config.path, || {
+        deliveries
+            .into_iter()
+            .map(|(delivery, messages)| {
+                let consumer = consumer.clone();
+                tokio::spawn(async move { consumer.accept(delivery, messages).await })
+            })
+            .collect()
+    })
+    .await;
     assert!(outcomes[0].is_ok(), "{:?}", outcomes[0]);
     assert!(outcomes[2].is_ok(), "{:?}", outcomes[2]);
     let err = outcomes[1]

@@ -42,7 +42,8 @@ impl TreasuryConsumer {
         gap_alarm_after: Duration,
     ) -> Result<Self> {
         drop(SqliteStore::open(config.clone()).await?);
-        connect(&config)?
+        let writer = connect(&config)?;
+        writer
             .execute_batch(
                 "CREATE TABLE IF NOT EXISTS treasury_balances (
                      account TEXT NOT NULL, asset TEXT NOT NULL, balance INTEGER NOT NULL,
@@ -50,10 +51,9 @@ impl TreasuryConsumer {
             )
             .map_err(map_error)?;
         let engine = InboxEngine::new(consumer).gap_alarm_after(gap_alarm_after);
-        let writer = Arc::new(Mutex::new(connect(&config)?));
         let apply = engine.clone();
         let deliveries = GroupCommit::new(
-            writer,
+            Arc::new(Mutex::new(writer)),
             Box::new(move |conn, messages: &Vec<FanoutMessage>, _now| {
                 apply_delivery(&apply, conn, messages)
             }),
@@ -71,7 +71,8 @@ impl TreasuryConsumer {
     }
 
     /// Applies one message in its own transaction on `conn` (a connection from
-    /// [`TreasuryConsumer::connect`], reused across the messages of a delivery).
+    /// [`TreasuryConsumer::connect`]), without group commit: for callers that apply
+    /// messages one by one (the inbox benchmark's one-transaction-per-message row).
     ///
     /// # Errors
     /// `InvalidInput` naming the field (permanent) for a message that can never be
@@ -79,7 +80,6 @@ impl TreasuryConsumer {
     /// anything is written: it is never held, where it would fail the message that
     /// fills its gap.
     pub fn apply_one(&self, conn: &mut Connection, message: InboxMessage) -> Result<Accepted> {
-        deltas(&message)?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(map_error)?;
@@ -159,11 +159,14 @@ fn apply_postings(conn: &Connection, message: &InboxMessage) -> Result<()> {
 }
 
 /// One message through the inbox on `conn` (the caller's transaction or savepoint).
+/// Its postings are checked before the inbox sees it, so a message that can never
+/// be applied is refused rather than held.
 fn apply_message(
     engine: &InboxEngine,
     conn: &Connection,
     message: InboxMessage,
 ) -> Result<Accepted> {
+    deltas(&message)?;
     let mut inbox = SqliteInbox::new(conn);
     let mut handler =
         |inbox: &mut SqliteInbox<'_>, m: &InboxMessage| apply_postings(inbox.connection(), m);
@@ -181,16 +184,14 @@ fn apply_delivery(
     for fanned_out in messages {
         // In the trace the message carries: docs/TRACING.md.
         let _span = outbox_core::trace::inbox_apply_span(fanned_out, engine.consumer()).entered();
-        let message = fanned_out.to_inbox();
-        let (id, account, sequence) = (
-            message.instruction_id.clone(),
-            message.account.clone(),
-            message.sequence,
+        let accepted = apply_message(engine, conn, fanned_out.to_inbox())?;
+        tracing::debug!(
+            instruction_id = %fanned_out.instruction_id,
+            account = %fanned_out.account,
+            sequence = fanned_out.sequence,
+            ?accepted,
+            "treasury inbox"
         );
-        // Checked before the inbox sees it, so it is never held: see `apply_one`.
-        deltas(&message)?;
-        let accepted = apply_message(engine, conn, message)?;
-        tracing::debug!(instruction_id = %id, %account, sequence, ?accepted, "treasury inbox");
         outcomes.push(accepted);
     }
     Ok(outcomes)
