@@ -32,8 +32,13 @@
 //!    teams write by hand (a `processed` flag, `SELECT … FOR UPDATE SKIP LOCKED LIMIT
 //!    500`, one POST per row, `UPDATE processed = true`, commit) with one worker and
 //!    with eight, to the null ledger; beside each, the events sent before their
-//!    account's previous one, counted from the null ledger's arrival record. Goals:
-//!    bulk ≥ 1.5 × eight workers, `--no-bulk` ≥ 1.5 × one worker, zero out of order.
+//!    account's previous one, counted from the null ledger's arrival record; and the
+//!    raw loops of section 2 (the same reads and posts, nothing recorded), which bound
+//!    what any relay of this shape can reach here. Beside each, the CPU it cost per
+//!    event in this process (dispatcher, HTTP client, the null ledger) and in the
+//!    PostgreSQL server, and the machine's busy cores (outbox_testkit::cpu_time).
+//!    Goals: bulk ≥ 1.5 × eight workers, `--no-bulk` ≥ 1.5 × one worker, zero out of
+//!    order.
 //!
 //! Sections 2, 4 and 5 bulk-load their rows with one `INSERT … SELECT generate_series`
 //! per load (UUID v7 ids in the right daily partitions, continuing per-account
@@ -53,6 +58,7 @@
 //! `postgres://postgres@127.0.0.1:5432/test`; `wal_level=logical` for section 3).
 
 use outbox_testkit::bench_args::Args;
+use outbox_testkit::cpu_time::CpuUse;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -1496,8 +1502,17 @@ async fn handrolled_drain(ctx: &Ctx, pool: &PgPool, workers: usize, events: usiz
 
 #[derive(Clone, Copy)]
 enum Side {
-    Ours { bulk: bool },
-    HandRolled { workers: usize },
+    Ours {
+        bulk: bool,
+    },
+    HandRolled {
+        workers: usize,
+    },
+    /// The same reads and posts as ours with nothing recorded: the most any relay that
+    /// reads this outbox and posts each event this way can do here.
+    Raw {
+        bulk: bool,
+    },
 }
 
 async fn section_side_by_side(ctx: &Ctx) {
@@ -1534,26 +1549,34 @@ async fn section_side_by_side(ctx: &Ctx) {
         ("ours, --no-bulk", Side::Ours { bulk: false }),
         ("hand-rolled, 1 worker", Side::HandRolled { workers: 1 }),
         ("hand-rolled, 8 workers", Side::HandRolled { workers: 8 }),
+        ("raw loop, bulk", Side::Raw { bulk: true }),
+        ("raw loop, one POST each", Side::Raw { bulk: false }),
     ];
     let mut times = vec![Vec::new(); sides.len()];
     let mut broken = vec![Vec::new(); sides.len()];
+    let mut cpu = vec![CpuUse::default(); sides.len()];
     for rep in 0..reps {
         for k in 0..sides.len() {
             // Rotating order, so drift and warm caches favour no side.
             let slot = (rep + k) % sides.len();
             ctx.ledger.recorder.start();
-            let elapsed = match sides[slot].1 {
-                Side::Ours { bulk } => {
-                    let name = format!("side-{bulk}-{rep}");
-                    relay_drain(ctx, &store, &name, bulk, events).await
+            let (elapsed, used) = CpuUse::measure(async {
+                match sides[slot].1 {
+                    Side::Ours { bulk } => {
+                        let name = format!("side-{bulk}-{rep}");
+                        relay_drain(ctx, &store, &name, bulk, events).await
+                    }
+                    Side::HandRolled { workers } => {
+                        handrolled_drain(ctx, store.pool(), workers, events).await
+                    }
+                    Side::Raw { bulk } => raw_drain(ctx, &store, bulk, events).await,
                 }
-                Side::HandRolled { workers } => {
-                    handrolled_drain(ctx, store.pool(), workers, events).await
-                }
-            };
+            })
+            .await;
             let arrivals = ctx.ledger.recorder.stop();
             assert_eq!(arrivals.len(), events, "{}: arrivals", sides[slot].0);
             times[slot].push(elapsed);
+            cpu[slot] += used;
             broken[slot].push(out_of_order(&arrivals, &order));
         }
     }
@@ -1561,8 +1584,13 @@ async fn section_side_by_side(ctx: &Ctx) {
         "5. Side by side with the hand-rolled outbox (processed flag, SELECT … FOR UPDATE SKIP LOCKED LIMIT 500, one POST per row, UPDATE processed = true, commit): {events} events over {accounts} accounts to the null ledger, {reps} rounds in rotating order"
     );
     println!(
-        "   {:<26} {:>12} {:>14} {:>30}",
-        "drain", "ev/s best", "ev/s median", "sent before account's previous"
+        "   {:<26} {:>12} {:>14} {:>30} {:>22} {:>12}",
+        "drain",
+        "ev/s best",
+        "ev/s median",
+        "sent before account's previous",
+        "CPU µs/ev (bench+pg)",
+        "cores busy"
     );
     let mut best = Vec::with_capacity(sides.len());
     for (slot, (name, _)) in sides.iter().enumerate() {
@@ -1574,15 +1602,23 @@ async fn section_side_by_side(ctx: &Ctx) {
             broken[slot].iter().min().copied().unwrap_or(0),
             broken[slot].iter().max().copied().unwrap_or(0),
         );
+        let used = cpu[slot];
         println!(
-            "   {name:<26} {:>12.0} {:>14.0} {:>30}",
+            "   {name:<26} {:>12.0} {:>14.0} {:>30} {:>22} {:>12.2}",
             rate(events, fastest),
             rate(events, median),
             if lo == hi {
                 format!("{lo}")
             } else {
                 format!("{lo}–{hi}")
-            }
+            },
+            format!(
+                "{:.1} ({:.1}+{:.1})",
+                used.micros_per(events * reps),
+                used.process.as_secs_f64() * 1e6 / (events * reps) as f64,
+                used.postgres.as_secs_f64() * 1e6 / (events * reps) as f64
+            ),
+            used.cores_busy()
         );
     }
     println!(
@@ -1592,6 +1628,15 @@ async fn section_side_by_side(ctx: &Ctx) {
     println!(
         "   ours --no-bulk / 1 hand-rolled worker = {:.2}   (goal ≥ 1.5)",
         best[1] / best[2]
+    );
+    // The raw loops read and post exactly as ours and record nothing, so no relay that
+    // keeps records can beat them: their ratios bound what the goals can reach here.
+    println!(
+        "   ceilings (raw loop, nothing recorded): bulk / 8 hand-rolled = {:.2}, one POST each / 1 hand-rolled = {:.2}; ours / raw: bulk {:.2}, --no-bulk {:.2}",
+        best[4] / best[3],
+        best[5] / best[2],
+        best[0] / best[4],
+        best[1] / best[5]
     );
     println!(
         "   enqueue: section 1, (c) against (g) the hand-rolled INSERT; per-account order counted from the null ledger's arrival record (ours must be 0)"

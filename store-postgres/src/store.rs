@@ -347,14 +347,11 @@ impl Store for PgStore {
         limit: usize,
     ) -> outbox_core::Result<Vec<OutboxEvent>> {
         let (txid, row) = snapshot_after(after)?;
+        // Through the function of migration 0010: it keeps the read at the price of
+        // the rows returned, however many wait behind the cursor.
         let rows = sqlx::query(
             "SELECT position, event_id, account, sequence, payload, created_at, txid::text AS txid_text
-             FROM outbox_events
-             WHERE (txid, position) > ($1::text::xid8, $2)
-               AND txid < pg_snapshot_xmin(pg_current_snapshot())
-               AND ($4::int4 IS NULL OR abs(hashtextextended(account, 0) % $4::int4) = $5::int4)
-             ORDER BY outbox_events.txid, outbox_events.position
-             LIMIT $3",
+             FROM outbox_read_committed($1::text::xid8, $2, $3, $4::int4, $5::int4)",
         )
         .bind(xid8_text(txid))
         .bind(row)

@@ -9,6 +9,7 @@
 pub mod accepting_ledger;
 pub mod auditor;
 pub mod bench_args;
+pub mod cpu_time;
 pub mod exception_cases;
 pub mod fanout_cases;
 pub mod fixtures;

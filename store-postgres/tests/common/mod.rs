@@ -156,11 +156,15 @@ pub fn fresh_config() -> PgConfig {
 /// A migrated store in a fresh schema, or `None` (after saying so) when the server is
 /// unreachable and not required.
 pub async fn open_store() -> Option<TestDb> {
+    open_store_with(fresh_config()).await
+}
+
+/// [`open_store`] with `config` (a [`fresh_config`] the test adjusted).
+pub async fn open_store_with(config: PgConfig) -> Option<TestDb> {
     if !server_available().await {
         return None;
     }
     sweep_stale_schemas().await;
-    let config = fresh_config();
     let guard = Arc::new(SchemaGuard {
         schema: config.schema.clone().expect("schema"),
     });
