@@ -177,15 +177,39 @@ impl Dispatcher {
                 }
                 continue;
             }
-            let outcomes = send::send_round(
+            // Read the next batch while this round is on the wire when the queue will
+            // run low once it is answered: the read and its horizon write then cost
+            // no time of their own (a round is sent only after the horizon covers it,
+            // so the next batch is never sent before its horizon is durable).
+            let in_round: usize = runs.iter().map(Vec::len).sum();
+            let read_ahead = self.queues.active().saturating_sub(in_round) < self.config.batch_size;
+            let relay_name = self.relay.name().to_owned();
+            let sending = send::send_round(
                 self.ledger.as_ref(),
                 self.store.as_ref(),
                 runs,
                 &self.config,
-                self.relay.name(),
-            )
-            .await;
+                &relay_name,
+            );
+            let (outcomes, ahead) = if read_ahead {
+                let reading = read_batch(
+                    self.relay.as_mut(),
+                    self.store.as_ref(),
+                    self.config.batch_size,
+                    self.uncertain_through,
+                    self.attempted,
+                );
+                let (outcomes, ahead) = tokio::join!(sending, reading);
+                (outcomes, Some(ahead))
+            } else {
+                (sending.await, None)
+            };
+            // The round's outcomes are applied (a refusal made durable) even when the
+            // read failed.
             self.apply(outcomes).await?;
+            if let Some(ahead) = ahead {
+                self.admit_batch(ahead?);
+            }
             let (parked, stopped) = self.queues.parked_and_stopped();
             metrics::relay_accounts(self.relay.name(), parked, stopped);
             if let Some(position) = self.queues.advance_frontier() {
@@ -216,35 +240,28 @@ impl Dispatcher {
         if self.queues.active() >= self.config.batch_size {
             return Ok(());
         }
-        let batch = retry_transient!(self.relay.next_batch(self.config.batch_size))?;
-        self.drained = batch.is_empty();
+        let read = read_batch(
+            self.relay.as_mut(),
+            self.store.as_ref(),
+            self.config.batch_size,
+            self.uncertain_through,
+            self.attempted,
+        )
+        .await?;
+        self.admit_batch(read);
+        Ok(())
+    }
+
+    /// Queues a batch [`read_batch`] returned (its horizon is durable already).
+    fn admit_batch(&mut self, read: ReadBatch) {
+        self.drained = read.events.is_empty();
         if !self.drained {
             self.looked_again = false;
         }
-        let Some(last) = batch.last().map(|e| e.position) else {
-            return Ok(());
-        };
-        // One lookup for every event of the batch a crash may have left uncertain.
-        let uncertain: Vec<EventId> = batch
-            .iter()
-            .filter(|e| self.is_uncertain(e))
-            .map(|e| e.event_id)
-            .collect();
-        let states = if uncertain.is_empty() {
-            HashMap::new()
-        } else {
-            retry_transient!(self.store.delivery_states(&uncertain))?
-        };
-        for event in batch {
-            self.admit(event, &states);
+        self.attempted = read.attempted;
+        for event in read.events {
+            self.admit(event, &read.states);
         }
-        // Record the read horizon before anything of this batch is sent.
-        if self.attempted.is_none_or(|a| a < last) {
-            let key = attempted_cursor(self.relay.name());
-            retry_transient!(self.store.save_cursor(&key, last))?;
-            self.attempted = Some(last);
-        }
-        Ok(())
     }
 
     fn is_uncertain(&self, event: &OutboxEvent) -> bool {
@@ -506,6 +523,58 @@ impl Dispatcher {
 }
 
 /// Appends delivery records, then raises exceptions, retrying lock contention.
+/// A batch read for sending, with the delivery states of its events a crash may have
+/// left uncertain and the read horizon that covers it.
+struct ReadBatch {
+    events: Vec<OutboxEvent>,
+    states: HashMap<EventId, DeliveryState>,
+    attempted: Option<Position>,
+}
+
+/// Reads up to `batch_size` events, looks up (in one call) the states of those at or
+/// below `uncertain_through`, and records the read horizon past the batch before
+/// returning, so that nothing of it can be sent before the horizon is durable.
+async fn read_batch(
+    relay: &mut dyn Relay,
+    store: &dyn Store,
+    batch_size: usize,
+    uncertain_through: Option<Position>,
+    attempted: Option<Position>,
+) -> Result<ReadBatch> {
+    let events = retry_transient!(relay.next_batch(batch_size))?;
+    let Some(last) = events.last().map(|e| e.position) else {
+        return Ok(ReadBatch {
+            events,
+            states: HashMap::new(),
+            attempted,
+        });
+    };
+    let uncertain: Vec<EventId> = events
+        .iter()
+        .filter(|e| uncertain_through.is_some_and(|u| e.position <= u))
+        .map(|e| e.event_id)
+        .collect();
+    let states = if uncertain.is_empty() {
+        HashMap::new()
+    } else {
+        retry_transient!(store.delivery_states(&uncertain))?
+    };
+    if attempted.is_none_or(|a| a < last) {
+        let key = attempted_cursor(relay.name());
+        retry_transient!(store.save_cursor(&key, last))?;
+        return Ok(ReadBatch {
+            events,
+            states,
+            attempted: Some(last),
+        });
+    }
+    Ok(ReadBatch {
+        events,
+        states,
+        attempted,
+    })
+}
+
 async fn write_records(
     store: &dyn Store,
     records: &[DeliveryRecord],
