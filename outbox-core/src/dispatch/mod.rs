@@ -74,6 +74,8 @@ pub struct Dispatcher {
     attempted: Option<Position>,
     uncertain_through: Option<Position>,
     drained: bool,
+    /// The last read filled its batch: more events are likely waiting.
+    backlog: bool,
     /// Drain mode ends only on an empty read that follows a wait: a CDC relay reads
     /// its replication stream in `wait`, so an empty buffer alone proves nothing.
     looked_again: bool,
@@ -129,6 +131,7 @@ impl Dispatcher {
             attempted,
             uncertain_through: attempted,
             drained: false,
+            backlog: false,
             looked_again: false,
             unsaved_cursor: None,
             cursor_saved_at: Instant::now(),
@@ -177,12 +180,16 @@ impl Dispatcher {
                 }
                 continue;
             }
-            // Read the next batch while this round is on the wire when the queue will
-            // run low once it is answered: the read and its horizon write then cost
-            // no time of their own (a round is sent only after the horizon covers it,
-            // so the next batch is never sent before its horizon is durable).
+            // While a backlog lasts (the last read filled its batch), read the next
+            // batch while this round is on the wire when the queue will run low once
+            // it is answered: the read and its horizon write then cost no time of
+            // their own. The batch is queued only after its horizon is durable, so
+            // none of it is sent before. Without a backlog the read waits for the
+            // round: reading ahead would only delay each round by a read and a
+            // horizon write, and every event's latency with it.
             let in_round: usize = runs.iter().map(Vec::len).sum();
-            let read_ahead = self.queues.active().saturating_sub(in_round) < self.config.batch_size;
+            let read_ahead = self.backlog
+                && self.queues.active().saturating_sub(in_round) < self.config.batch_size;
             let relay_name = self.relay.name().to_owned();
             let sending = send::send_round(
                 self.ledger.as_ref(),
@@ -255,6 +262,7 @@ impl Dispatcher {
     /// Queues a batch [`read_batch`] returned (its horizon is durable already).
     fn admit_batch(&mut self, read: ReadBatch) {
         self.drained = read.events.is_empty();
+        self.backlog = read.events.len() >= self.config.batch_size;
         if !self.drained {
             self.looked_again = false;
         }
