@@ -199,13 +199,8 @@ impl Dispatcher {
                 &relay_name,
             );
             let (outcomes, ahead) = if read_ahead {
-                let reading = read_batch(
-                    self.relay.as_mut(),
-                    self.store.as_ref(),
-                    self.config.batch_size,
-                    self.uncertain_through,
-                    self.attempted,
-                );
+                let plan = self.read_plan();
+                let reading = read_batch(self.relay.as_mut(), self.store.as_ref(), plan);
                 let (outcomes, ahead) = tokio::join!(sending, reading);
                 (outcomes, Some(ahead))
             } else {
@@ -247,16 +242,18 @@ impl Dispatcher {
         if self.queues.active() >= self.config.batch_size {
             return Ok(());
         }
-        let read = read_batch(
-            self.relay.as_mut(),
-            self.store.as_ref(),
-            self.config.batch_size,
-            self.uncertain_through,
-            self.attempted,
-        )
-        .await?;
+        let plan = self.read_plan();
+        let read = read_batch(self.relay.as_mut(), self.store.as_ref(), plan).await?;
         self.admit_batch(read);
         Ok(())
+    }
+
+    fn read_plan(&self) -> ReadPlan {
+        ReadPlan {
+            batch_size: self.config.batch_size,
+            uncertain_through: self.uncertain_through,
+            attempted: self.attempted,
+        }
     }
 
     /// Queues a batch [`read_batch`] returned (its horizon is durable already).
@@ -539,16 +536,23 @@ struct ReadBatch {
     attempted: Option<Position>,
 }
 
-/// Reads up to `batch_size` events, looks up (in one call) the states of those at or
-/// below `uncertain_through`, and records the read horizon past the batch before
-/// returning, so that nothing of it can be sent before the horizon is durable.
-async fn read_batch(
-    relay: &mut dyn Relay,
-    store: &dyn Store,
+/// What a read needs from the dispatcher, copied so that it can run beside a round.
+#[derive(Debug, Clone, Copy)]
+struct ReadPlan {
     batch_size: usize,
     uncertain_through: Option<Position>,
     attempted: Option<Position>,
-) -> Result<ReadBatch> {
+}
+
+/// Reads up to `batch_size` events, looks up (in one call) the states of those at or
+/// below `uncertain_through`, and records the read horizon past the batch before
+/// returning, so that nothing of it can be sent before the horizon is durable.
+async fn read_batch(relay: &mut dyn Relay, store: &dyn Store, plan: ReadPlan) -> Result<ReadBatch> {
+    let ReadPlan {
+        batch_size,
+        uncertain_through,
+        attempted,
+    } = plan;
     let events = retry_transient!(relay.next_batch(batch_size))?;
     let Some(last) = events.last().map(|e| e.position) else {
         return Ok(ReadBatch {
