@@ -58,7 +58,7 @@
 //! `postgres://postgres@127.0.0.1:5432/test`; `wal_level=logical` for section 3).
 
 use outbox_testkit::bench_args::Args;
-use outbox_testkit::cpu_time::CpuUse;
+use outbox_testkit::cpu_time::{CpuUse, micros_per};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -1615,8 +1615,8 @@ async fn section_side_by_side(ctx: &Ctx) {
             format!(
                 "{:.1} ({:.1}+{:.1})",
                 used.micros_per(events * reps),
-                used.process.as_secs_f64() * 1e6 / (events * reps) as f64,
-                used.postgres.as_secs_f64() * 1e6 / (events * reps) as f64
+                micros_per(used.process, events * reps),
+                micros_per(used.postgres, events * reps)
             ),
             used.cores_busy()
         );

@@ -22,7 +22,6 @@ pub struct CpuSample {
     process_ticks: u64,
     postgres_ticks: HashMap<u32, u64>,
     machine_busy_ticks: u64,
-    machine_all_ticks: u64,
 }
 
 /// CPU spent between two samples.
@@ -36,14 +35,11 @@ pub struct CpuUse {
     pub postgres: Duration,
     /// Time the machine's CPUs were not idle (any process), summed over CPUs.
     pub machine_busy: Duration,
-    /// All CPU time the machine had (wall × CPUs), busy or idle.
-    pub machine_all: Duration,
 }
 
 impl CpuSample {
     /// Reads the counters now.
     pub fn now() -> Self {
-        let (machine_busy_ticks, machine_all_ticks) = machine_ticks().unwrap_or((0, 0));
         Self {
             at: Instant::now(),
             process_ticks: std::fs::read_to_string("/proc/self/stat")
@@ -51,8 +47,7 @@ impl CpuSample {
                 .and_then(|stat| process_ticks(&stat))
                 .unwrap_or(0),
             postgres_ticks: postgres_ticks(),
-            machine_busy_ticks,
-            machine_all_ticks,
+            machine_busy_ticks: machine_busy_ticks().unwrap_or(0),
         }
     }
 
@@ -73,10 +68,6 @@ impl CpuSample {
                 self.machine_busy_ticks
                     .saturating_sub(earlier.machine_busy_ticks),
             ),
-            machine_all: ticks(
-                self.machine_all_ticks
-                    .saturating_sub(earlier.machine_all_ticks),
-            ),
         }
     }
 }
@@ -91,16 +82,15 @@ impl CpuUse {
 
     /// This process and PostgreSQL per unit of work, in microseconds.
     pub fn micros_per(&self, units: usize) -> f64 {
-        (self.process + self.postgres).as_secs_f64() * 1e6 / units.max(1) as f64
+        micros_per(self.process + self.postgres, units)
     }
 
     /// How many of the machine's CPUs were busy on average (any process).
     pub fn cores_busy(&self) -> f64 {
-        if self.wall.is_zero() || self.machine_all.is_zero() {
+        if self.wall.is_zero() {
             return 0.0;
         }
-        let cpus = self.machine_all.as_secs_f64() / self.wall.as_secs_f64();
-        cpus * self.machine_busy.as_secs_f64() / self.machine_all.as_secs_f64()
+        self.machine_busy.as_secs_f64() / self.wall.as_secs_f64()
     }
 }
 
@@ -114,7 +104,6 @@ impl std::ops::Add for CpuUse {
             process: self.process + other.process,
             postgres: self.postgres + other.postgres,
             machine_busy: self.machine_busy + other.machine_busy,
-            machine_all: self.machine_all + other.machine_all,
         }
     }
 }
@@ -123,6 +112,11 @@ impl std::ops::AddAssign for CpuUse {
     fn add_assign(&mut self, other: CpuUse) {
         *self = *self + other;
     }
+}
+
+/// `spent` per unit of work, in microseconds.
+pub fn micros_per(spent: Duration, units: usize) -> f64 {
+    spent.as_secs_f64() * 1e6 / units.max(1) as f64
 }
 
 fn ticks(n: u64) -> Duration {
@@ -140,14 +134,14 @@ fn process_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
-/// Busy and all ticks of the machine, from the first line of `/proc/stat`
+/// Busy ticks of the machine, from the first line of `/proc/stat`
 /// (`cpu user nice system idle iowait irq softirq steal …`; idle and iowait are idle).
-fn machine_ticks() -> Option<(u64, u64)> {
+fn machine_busy_ticks() -> Option<u64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    parse_machine_ticks(stat.lines().next()?)
+    parse_machine_busy_ticks(stat.lines().next()?)
 }
 
-fn parse_machine_ticks(line: &str) -> Option<(u64, u64)> {
+fn parse_machine_busy_ticks(line: &str) -> Option<u64> {
     let mut fields = line.split_whitespace();
     if fields.next()? != "cpu" {
         return None;
@@ -159,7 +153,7 @@ fn parse_machine_ticks(line: &str) -> Option<(u64, u64)> {
         .collect::<Option<_>>()?;
     let all: u64 = values.iter().sum();
     let idle = values.get(3)? + values.get(4)?;
-    Some((all - idle, all))
+    Some(all - idle)
 }
 
 /// `utime + stime` of every process whose command is `postgres`, by PID.
@@ -194,18 +188,17 @@ mod tests {
     fn the_machine_line_counts_idle_and_iowait_as_idle() {
         // user nice system idle iowait irq softirq steal guest guest_nice
         let line = "cpu  100 5 40 800 50 3 2 0 7 0";
-        assert_eq!(parse_machine_ticks(line), Some((150, 1000)));
-        assert_eq!(parse_machine_ticks("cpu0 1 2 3 4 5 6 7 8"), None);
+        assert_eq!(parse_machine_busy_ticks(line), Some(150));
+        assert_eq!(parse_machine_busy_ticks("cpu0 1 2 3 4 5 6 7 8"), None);
     }
 
     #[test]
-    fn cores_busy_is_the_busy_share_of_every_cpu() {
+    fn cores_busy_is_busy_cpu_time_over_wall_time() {
         let used = CpuUse {
             wall: Duration::from_secs(2),
             process: Duration::from_secs(1),
             postgres: Duration::from_millis(500),
             machine_busy: Duration::from_secs(3),
-            machine_all: Duration::from_secs(4),
         };
         assert!((used.cores_busy() - 1.5).abs() < 1e-9);
         assert!((used.micros_per(1_000) - 1_500.0).abs() < 1e-9);

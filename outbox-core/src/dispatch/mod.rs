@@ -270,7 +270,7 @@ impl Dispatcher {
     }
 
     fn is_uncertain(&self, event: &OutboxEvent) -> bool {
-        self.uncertain_through.is_some_and(|u| event.position <= u)
+        in_uncertain_window(self.uncertain_through, event)
     }
 
     /// Queues an event read from the relay. One from the uncertain window is checked
@@ -527,7 +527,6 @@ impl Dispatcher {
     }
 }
 
-/// Appends delivery records, then raises exceptions, retrying lock contention.
 /// A batch read for sending, with the delivery states of its events a crash may have
 /// left uncertain and the read horizon that covers it.
 struct ReadBatch {
@@ -554,16 +553,9 @@ async fn read_batch(relay: &mut dyn Relay, store: &dyn Store, plan: ReadPlan) ->
         attempted,
     } = plan;
     let events = retry_transient!(relay.next_batch(batch_size))?;
-    let Some(last) = events.last().map(|e| e.position) else {
-        return Ok(ReadBatch {
-            events,
-            states: HashMap::new(),
-            attempted,
-        });
-    };
     let uncertain: Vec<EventId> = events
         .iter()
-        .filter(|e| uncertain_through.is_some_and(|u| e.position <= u))
+        .filter(|e| in_uncertain_window(uncertain_through, e))
         .map(|e| e.event_id)
         .collect();
     let states = if uncertain.is_empty() {
@@ -571,15 +563,14 @@ async fn read_batch(relay: &mut dyn Relay, store: &dyn Store, plan: ReadPlan) ->
     } else {
         retry_transient!(store.delivery_states(&uncertain))?
     };
-    if attempted.is_none_or(|a| a < last) {
-        let key = attempted_cursor(relay.name());
-        retry_transient!(store.save_cursor(&key, last))?;
-        return Ok(ReadBatch {
-            events,
-            states,
-            attempted: Some(last),
-        });
-    }
+    let attempted = match events.last() {
+        Some(last) if attempted.is_none_or(|a| a < last.position) => {
+            let key = attempted_cursor(relay.name());
+            retry_transient!(store.save_cursor(&key, last.position))?;
+            Some(last.position)
+        }
+        _ => attempted,
+    };
     Ok(ReadBatch {
         events,
         states,
@@ -587,6 +578,13 @@ async fn read_batch(relay: &mut dyn Relay, store: &dyn Store, plan: ReadPlan) ->
     })
 }
 
+/// Whether `event` lies in the window a crash may have left uncertain (at or below
+/// the horizon the previous run had read).
+fn in_uncertain_window(uncertain_through: Option<Position>, event: &OutboxEvent) -> bool {
+    uncertain_through.is_some_and(|u| event.position <= u)
+}
+
+/// Appends delivery records, then raises exceptions, retrying lock contention.
 async fn write_records(
     store: &dyn Store,
     records: &[DeliveryRecord],
