@@ -6,6 +6,8 @@
 //! `postgres://postgres@127.0.0.1:5432/test`); when it is unreachable the tests say so
 //! and pass, unless `OUTBOX_TEST_REQUIRE` is set, in which case they fail.
 
+mod common;
+
 use std::collections::{HashMap, HashSet};
 use std::process::Stdio;
 use std::str::FromStr;
@@ -968,6 +970,70 @@ async fn rows_enqueued_before_the_first_start_are_all_delivered_in_per_account_o
     let mut relay = CdcRelay::open(config).await.unwrap();
     assert_eq!(relay.acknowledged(), Some(last));
     assert_quiet(&mut relay, Duration::from_millis(800)).await;
+    relay.shutdown().await.unwrap();
+}
+
+/// A backlog committed in one transaction before the first start (a payout batch,
+/// then the switch to CDC) is caught up a batch at a time: each read looks at about
+/// the rows it returns, never sorts every row after its cursor (the crate README, "A
+/// read costs its batch, not the backlog"). Counted by the server, never timed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_catch_up_of_a_backlog_committed_in_one_transaction_reads_a_batch_at_a_time() {
+    const BACKLOG: usize = 3_000;
+    const LIMIT: usize = 100;
+    let Some(db) = Db::new("catchupcost").await else {
+        return;
+    };
+    let mut tx = db.pool.begin().await.unwrap();
+    for n in 0..BACKLOG {
+        enqueue(&mut tx, &payout(&format!("{}", n % 100), 1_000 + n as u64))
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    // What autovacuum does soon after a large load.
+    db.pool.execute("ANALYZE outbox_events").await.unwrap();
+    // One connection for the relay's queries and the test's, so the counters the
+    // test reads were flushed by the backend that read.
+    let options = PgConnectOptions::from_str(&db.url)
+        .unwrap()
+        .options([("search_path", db.schema.as_str())]);
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let mut relay = CdcRelay::open_with_pool(db.config("cdc-cost"), pool.clone())
+        .await
+        .unwrap();
+
+    let first = relay.next_batch(LIMIT).await.unwrap();
+    assert_eq!(first.len(), LIMIT);
+    assert!(
+        first.iter().all(|e| is_snapshot(e.position)),
+        "caught up, not streamed"
+    );
+    let mut seen = first.len();
+    let mut last = first[LIMIT - 1].position;
+    for round in 0..3 {
+        common::flush(&pool).await;
+        let before = common::rows_looked_at(&pool).await;
+        let batch = relay.next_batch(LIMIT).await.unwrap();
+        assert_eq!(batch.len(), LIMIT, "round {round}");
+        assert!(
+            batch[0].position > last,
+            "round {round}: the batch starts at or before the cursor"
+        );
+        assert_increasing(&batch);
+        seen += batch.len();
+        last = batch[LIMIT - 1].position;
+        let looked_at = common::counted_since(&pool, before, LIMIT as i64).await;
+        let remaining = BACKLOG - seen + LIMIT;
+        assert!(
+            looked_at <= 2 * LIMIT as i64,
+            "round {round}: catching up {LIMIT} rows looked at {looked_at} (the backlog after the cursor held {remaining})"
+        );
+    }
     relay.shutdown().await.unwrap();
 }
 

@@ -11,59 +11,15 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
+use common::{counted_since, flush, fresh_config, open_store_with, rows_looked_at};
 use outbox_core::Store;
 use outbox_store_postgres::enqueue;
 use outbox_testkit::fixtures::payout;
-use sqlx::PgPool;
-
-use common::{fresh_config, open_store_with};
 
 /// Events of the backlog, committed in one transaction as a payout batch would be.
 const BACKLOG: usize = 3_000;
 /// Rows each measured read asks for.
 const LIMIT: usize = 100;
-
-/// Rows the server fetched or scanned from the outbox partitions so far.
-async fn rows_looked_at(pool: &PgPool) -> i64 {
-    sqlx::query("SELECT pg_stat_clear_snapshot()")
-        .execute(pool)
-        .await
-        .unwrap();
-    sqlx::query_scalar(
-        "SELECT COALESCE(sum(COALESCE(idx_tup_fetch, 0) + COALESCE(seq_tup_read, 0)), 0)::int8
-         FROM pg_stat_user_tables
-         WHERE schemaname = current_schema() AND relname LIKE 'outbox\\_events%'",
-    )
-    .fetch_one(pool)
-    .await
-    .unwrap()
-}
-
-/// The counter once it has moved past `before` by at least `at_least` (the backend
-/// flushed what it counted), polling for up to 20 s.
-async fn counted_since(pool: &PgPool, before: i64, at_least: i64) -> i64 {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let now = rows_looked_at(pool).await;
-        if now - before >= at_least {
-            return now - before;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the server never counted the read's rows ({} of at least {at_least})",
-            now - before
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// Waits past the flush interval, so what the backend counted so far is published.
-async fn flush(pool: &PgPool) {
-    tokio::time::sleep(Duration::from_millis(1_100)).await;
-    sqlx::query("SELECT 1").execute(pool).await.unwrap();
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backlog_committed_in_one_transaction_is_read_a_batch_at_a_time() {

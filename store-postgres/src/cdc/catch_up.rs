@@ -172,14 +172,27 @@ impl CatchUp {
              LIMIT $4",
             self.table
         );
+        let failed = |e| error::sql("reading the outbox for the CDC catch-up", e);
+        // Planned with sorting priced out, as the polling relay's `outbox_read_committed`
+        // is: the planner estimates the row comparison from its leading column alone,
+        // so a backlog that shares one txid (a payout batch) looks like a few rows and
+        // would be read whole and sorted on every batch. The indexes give the order.
+        // The table is configurable here, so the setting is made for this transaction
+        // rather than in a function fixed to one table.
+        let mut tx = pool.begin().await.map_err(failed)?;
+        sqlx::query("SET LOCAL enable_sort = off")
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
         let rows = sqlx::query(AssertSqlSafe(sql))
             .bind(xid8_text(txid))
             .bind(row)
             .bind(xid8_text(self.below_txid))
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(pool)
+            .fetch_all(&mut *tx)
             .await
-            .map_err(|e| error::sql("reading the outbox for the CDC catch-up", e))?;
+            .map_err(failed)?;
+        tx.commit().await.map_err(failed)?;
         let events = rows.iter().map(event).collect::<Result<Vec<_>>>()?;
         if let Some(last) = events.last() {
             self.after = Some(last.position);

@@ -302,3 +302,51 @@ pub async fn wait_until_blocked(pool: &PgPool, pid: i32) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// What a read looked at, as the server counts it (never timed)
+//
+// `idx_tup_fetch` + `seq_tup_read` of the outbox partitions in `pg_stat_user_tables`.
+// A backend publishes its counters once it has been idle a second (PostgreSQL's
+// minimum flush interval; an idle backend flushes within ten seconds in any case), so
+// a test runs its own statements on the reader's one connection and waits that out.
+
+/// Rows the server fetched or scanned from the outbox partitions so far.
+pub async fn rows_looked_at(pool: &PgPool) -> i64 {
+    sqlx::query("SELECT pg_stat_clear_snapshot()")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query_scalar(
+        "SELECT COALESCE(sum(COALESCE(idx_tup_fetch, 0) + COALESCE(seq_tup_read, 0)), 0)::int8
+         FROM pg_stat_user_tables
+         WHERE schemaname = current_schema() AND relname LIKE 'outbox\\_events%'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// The counter once it has moved past `before` by at least `at_least` (the backend
+/// flushed what it counted), polling for up to 20 s.
+pub async fn counted_since(pool: &PgPool, before: i64, at_least: i64) -> i64 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = rows_looked_at(pool).await;
+        if now - before >= at_least {
+            return now - before;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server never counted the read's rows ({} of at least {at_least})",
+            now - before
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Waits past the flush interval, so what the backend counted so far is published.
+pub async fn flush(pool: &PgPool) {
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    sqlx::query("SELECT 1").execute(pool).await.unwrap();
+}
