@@ -21,7 +21,11 @@
 //! then for each batch size (1,000 and 5,000) beside the raw producer with a barrier
 //! every that many messages (what a per-round wait costs by itself); then where the
 //! loop's time goes (store reads, publish calls, cursor saves, the rest), measured by
-//! wrapping the store and the publisher. Goal: loop with the defaults ≥ 0.9 × raw with
+//! wrapping the store and the publisher; and the CPU each variant took per message, in
+//! this process (producer, loop, store reads) and on the whole machine (the broker
+//! too), with the cores busy meanwhile: on 2 cores a loop that must also read the store
+//! can only match a raw producer that already keeps them busy if the machine has room.
+//! Goal: loop with the defaults ≥ 0.9 × raw with
 //! everything in flight.
 //!
 //! Run: `cargo bench -p outbox-bins --features all --bench fanout`, options after `--`:
@@ -33,6 +37,7 @@
 //! created here are deleted at the end.
 
 use outbox_testkit::bench_args::Args;
+use outbox_testkit::cpu_time::{CpuUse, micros_per};
 use outbox_testkit::fixtures::ledger_transaction_payload as payload;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -674,6 +679,7 @@ fn report(
     variants: &[(String, Variant)],
     times: &[Vec<Duration>],
     runs: &[Vec<LoopRun>],
+    cpu: &[CpuUse],
 ) {
     let raw = rate(count, median(&times[0]));
     println!(
@@ -686,6 +692,21 @@ fn report(
     for (i, (label, _)) in variants.iter().enumerate() {
         let r = rate(count, median(&times[i]));
         println!("  {label:<26} {r:>9.0} {:>7.2}", r / raw);
+    }
+    // CPU over all reps: whether the machine had room for the loop's own work
+    // (its store reads, spans, bookkeeping) beside the producer and the broker.
+    println!(
+        "  {:<26} {:>9} {:>10} {:>6}   (CPU per message over all reps: this process, the whole machine; busy cores)",
+        "variant", "bench µs", "machine µs", "cores"
+    );
+    for (i, (label, _)) in variants.iter().enumerate() {
+        let messages = count * times[i].len();
+        println!(
+            "  {label:<26} {:>9.1} {:>10.1} {:>6.2}",
+            micros_per(cpu[i].process, messages),
+            micros_per(cpu[i].machine_busy, messages),
+            cpu[i].cores_busy()
+        );
     }
     println!("  where the loop's time goes (median run by elapsed):");
     for (i, (label, _)) in variants.iter().enumerate() {
@@ -721,25 +742,28 @@ async fn kafka_section(args: &Args, all: &[FanoutMessage], dir: &std::path::Path
     let variants = variants(all.len(), &batches);
     let mut times: Vec<Vec<Duration>> = variants.iter().map(|_| Vec::new()).collect();
     let mut runs: Vec<Vec<LoopRun>> = variants.iter().map(|_| Vec::new()).collect();
+    let mut cpu = vec![CpuUse::default(); variants.len()];
     for rep in 0..reps {
         for i in rotated(variants.len(), rep) {
             let topic = format!("outbox-bench-{run}-k{rep}-{i}");
             kafka_topic(&topic, partitions).await.unwrap();
             topics.push(topic.clone());
-            let elapsed = match variants[i].1 {
-                Variant::Raw(round) => kafka_raw(&topic, all, round).await,
+            let (elapsed, used) = match variants[i].1 {
+                Variant::Raw(round) => CpuUse::measure(kafka_raw(&topic, all, round)).await,
                 Variant::Loop(batch) => {
                     let store = store(dir, all).await;
-                    let run = kafka_loop(&topic, store, batch, all.len()).await;
+                    let (run, used) =
+                        CpuUse::measure(kafka_loop(&topic, store, batch, all.len())).await;
                     let elapsed = run.elapsed;
                     runs[i].push(run);
-                    elapsed
+                    (elapsed, used)
                 }
             };
             times[i].push(elapsed);
+            cpu[i] += used;
         }
     }
-    report(all.len(), &variants, &times, &runs);
+    report(all.len(), &variants, &times, &runs, &cpu);
     kafka_delete(&topics).await;
 }
 
@@ -762,24 +786,33 @@ async fn amqp_section(args: &Args, all: &[FanoutMessage], dir: &std::path::Path,
     let mut topologies = Vec::new();
     let mut times: Vec<Vec<Duration>> = variants.iter().map(|_| Vec::new()).collect();
     let mut runs: Vec<Vec<LoopRun>> = variants.iter().map(|_| Vec::new()).collect();
+    let mut cpu = vec![CpuUse::default(); variants.len()];
     for rep in 0..reps {
         for i in rotated(variants.len(), rep) {
             let topology = Topology::new(format!("outbox-bench-{run}-a{rep}-{i}"), queues);
             topologies.push(topology.clone());
-            let elapsed = match variants[i].1 {
-                Variant::Raw(round) => amqp_raw(&topology, all, round).await,
+            let (elapsed, used) = match variants[i].1 {
+                Variant::Raw(round) => CpuUse::measure(amqp_raw(&topology, all, round)).await,
                 Variant::Loop(batch) => {
                     let store = store(dir, all).await;
-                    let run = amqp_loop(topology.exchange(), queues, store, batch, all.len()).await;
+                    let (run, used) = CpuUse::measure(amqp_loop(
+                        topology.exchange(),
+                        queues,
+                        store,
+                        batch,
+                        all.len(),
+                    ))
+                    .await;
                     let elapsed = run.elapsed;
                     runs[i].push(run);
-                    elapsed
+                    (elapsed, used)
                 }
             };
             times[i].push(elapsed);
+            cpu[i] += used;
         }
     }
-    report(all.len(), &variants, &times, &runs);
+    report(all.len(), &variants, &times, &runs, &cpu);
     amqp_delete(&topologies).await;
 }
 

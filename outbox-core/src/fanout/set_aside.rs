@@ -119,6 +119,11 @@ impl SetAside {
         Ok(set_aside)
     }
 
+    /// Whether no account is set aside (parked, replayed or recorded past the cursor).
+    pub(super) fn is_empty(&self) -> bool {
+        self.accounts.is_empty()
+    }
+
     pub(super) fn disposition(&self, account: &Account, position: u64) -> Disposition {
         match self.accounts.get(account) {
             Some(aside) if position <= aside.recorded_through => Disposition::Recorded,
