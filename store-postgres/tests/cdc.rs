@@ -22,13 +22,10 @@ use sqlx::{Executor, PgPool, Postgres};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::Instant;
 
-const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+use common::server_url;
+
 /// Set in the child process of the SIGKILL test: the relay configuration as JSON.
 const CHILD_ENV: &str = "OUTBOX_CDC_CHILD";
-
-fn server_url() -> String {
-    std::env::var("OUTBOX_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
-}
 
 /// One test's schema, publication and slots; dropped (slots first) when it goes.
 struct Db {

@@ -304,7 +304,8 @@ impl FanoutLoop {
         } else {
             0
         };
-        let (mut prefix_end, mut in_prefix) = (index, true);
+        // Where the prefix ends so far: it grows only while every entry is skipped or sent.
+        let mut prefix_end = index;
         loop {
             if index == self.buffer.len() {
                 // Read on only while the round has room and the buffer its bound.
@@ -325,18 +326,13 @@ impl FanoutLoop {
                 let Some(last) = window.last() else { break };
                 self.read_through = last.position;
                 self.buffer.extend(window);
-                // The next window is read while this one is sorted into rounds and
-                // they are published: a read on the loop's path costs a third of a
-                // Kafka drain's time (`benches/fanout.rs`).
-                self.prefetch();
             }
             let stored = &self.buffer[index];
-            // The prefix ends at the first entry that was neither skipped nor sent.
-            in_prefix &= prefix_end == index;
+            let entry = index;
             index += 1;
             let account = &stored.message.account;
             if self.confirmed.contains(&stored.position) {
-                if in_prefix {
+                if prefix_end == entry {
                     prefix_end = index;
                 }
                 continue;
@@ -347,7 +343,7 @@ impl FanoutLoop {
                     // Recorded in order only: nothing later of it before this settles.
                     held.insert(account.clone());
                 }
-                if in_prefix {
+                if prefix_end == entry {
                     prefix_end = index;
                 }
                 continue;
@@ -385,7 +381,7 @@ impl FanoutLoop {
                 replay: false,
             });
             // In flight once the round is launched (a round with messages always is).
-            if in_prefix {
+            if prefix_end == entry {
                 prefix_end = index;
             }
         }
